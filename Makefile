@@ -1,0 +1,73 @@
+# sagemaker-lightning: `make help` lists the targets. Every variable below can be set on the command line.
+FLAVOR ?= dlc
+IMAGE ?= sagemaker-lightning
+TAG ?= latest
+# Base image of each flavor, tags pinned (BASE_IMAGE=... overrides the flavor's)
+BASE_dlc := 763104351884.dkr.ecr.us-east-1.amazonaws.com/pytorch-training:2.10.0-gpu-py313-cu130-ubuntu22.04-sagemaker
+BASE_pypi := python:3.11-slim-bookworm
+BASE_IMAGE ?= $(BASE_$(FLAVOR))
+# The pypi base made from Debian packages, for machines that reach no container registry
+DEBIAN_BASE ?= sagemaker-lightning-base:bookworm
+DEBIAN_MIRROR ?= http://deb.debian.org/debian
+# A CA bundle for pip inside the build (TLS-inspecting proxies); pip's own PIP_CERT by default
+PIP_CA_BUNDLE ?= $(PIP_CERT)
+# A docker client that runs BuildKit builds: one with the buildx plugin, or one older than 23 (built in)
+DOCKER ?= $(shell for d in $$(which -a docker); do if $$d buildx version >/dev/null 2>&1 \
+  || $$d version -f '{{.Client.Version}}' 2>/dev/null | grep -qE '^(1[0-9]|2[0-2])\.'; then echo $$d; break; fi; done)
+PYTHON := .venv/bin/python
+DEMO_ARGS := trainer.max_epochs=1 trainer.accelerator=cpu data.batch_size=32 data.num_workers=1
+
+.PHONY: help install test build debian-base demo local clean
+
+help:  ## List the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
+
+install: .venv/.installed  ## Make .venv with everything the tests and scripts need (pins in pyproject.toml)
+.venv/.installed: pyproject.toml
+	python3 -m venv .venv
+	.venv/bin/pip install -q pip==26.0.1
+	.venv/bin/pip install -q --group dev
+	touch $@
+
+test: install  ## Run every test tier: unit, toolkit, container (REQUIRE_ALL_TIERS=1: a skipped tier fails)
+	.venv/bin/pytest -rs
+
+build:  ## Build $(IMAGE):$(TAG) for FLAVOR=dlc|pypi (BASE_IMAGE, PIP_CA_BUNDLE, DOCKER: see above)
+	@test -n "$(DOCKER)" || { echo "error: no docker client here runs BuildKit builds; install docker-buildx or set DOCKER=/path/to/docker" >&2; exit 1; }
+	@test -n "$(BASE_$(FLAVOR))" || { echo "error: FLAVOR=$(FLAVOR) is not a flavor; choose dlc or pypi" >&2; exit 1; }
+	@base=$(BASE_IMAGE); \
+	if ! $(DOCKER) image inspect $$base >/dev/null 2>&1 && ! $(DOCKER) pull -q $$base >/dev/null 2>&1; then \
+	  if [ $(FLAVOR) = pypi ] && [ "$(origin BASE_IMAGE)" = file ]; then \
+	    echo "cannot pull $$base: using $(DEBIAN_BASE), the same Python from Debian packages"; \
+	    $(MAKE) --no-print-directory debian-base || exit 1; base=$(DEBIAN_BASE); \
+	  else \
+	    echo "error: cannot pull the base image $$base; log in to its registry (DLC: aws ecr get-login-password | docker login ...) or set BASE_IMAGE" >&2; exit 1; \
+	  fi; \
+	fi; \
+	set -x; DOCKER_BUILDKIT=1 $(DOCKER) build -f docker/Dockerfile -t $(IMAGE):$(TAG) \
+	  --build-arg FLAVOR=$(FLAVOR) --build-arg BASE_IMAGE=$$base \
+	  $(if $(wildcard $(PIP_CA_BUNDLE)),--secret id=pip_ca$(,)src=$(PIP_CA_BUNDLE)) .
+
+debian-base:  ## Make $(DEBIAN_BASE) from Debian packages with debootstrap (root): a pypi base without a registry
+	@$(DOCKER) image inspect $(DEBIAN_BASE) >/dev/null 2>&1 || { \
+	  root=$$(mktemp -d) && trap 'rm -rf $$root' EXIT && \
+	  debootstrap --variant=minbase --include=python3,python3-venv,python3-dev,gcc,libc6-dev,ca-certificates \
+	    bookworm $$root $(DEBIAN_MIRROR) >/dev/null && \
+	  tar -C $$root -c . | $(DOCKER) import - $(DEBIAN_BASE); }
+
+demo: install  ## Train on generated data: local mode, 2 CPU containers; prints the path of model.tar.gz
+	@$(DOCKER) image inspect $(IMAGE):$(TAG) >/dev/null 2>&1 || $(MAKE) --no-print-directory build FLAVOR=pypi
+	$(PYTHON) scripts/make_dataset.py synthetic data/synthetic --train 1000 --test 200
+	$(PYTHON) scripts/run_sagemaker.py --image $(IMAGE):$(TAG) --instance-type local --instance-count 2 \
+	  --input data/synthetic --output runs $(DEMO_ARGS)
+
+local: install  ## The same on the real CIFAR-10 (downloaded into data/cifar10 once; needs internet)
+	@$(DOCKER) image inspect $(IMAGE):$(TAG) >/dev/null 2>&1 || $(MAKE) --no-print-directory build FLAVOR=pypi
+	test -f data/cifar10/cifar-10-python.tar.gz || $(PYTHON) scripts/make_dataset.py cifar10 data/cifar10
+	$(PYTHON) scripts/run_sagemaker.py --image $(IMAGE):$(TAG) --instance-type local --instance-count 2 \
+	  --input data/cifar10 --output runs $(DEMO_ARGS) data.val_split=0
+
+clean:  ## Remove generated data, job outputs and logs (not .venv, not images)
+	rm -rf data runs logs
+
+, := ,

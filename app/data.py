@@ -1,0 +1,171 @@
+"""CIFAR-10 as a LightningDataModule on torchvision.datasets.CIFAR10.
+
+`data_dir` holds either the extracted `cifar-10-batches-py/` or the official archive `cifar-10-python.tar.gz`
+(what users upload to S3). Files in the official format with other content (scripts/make_dataset.py) load too.
+
+    python scripts/make_dataset.py synthetic data/synthetic
+    python -c "import data; d = data.CIFAR10DataModule('data/synthetic'); d.prepare_data(); d.setup('fit'); print(len(d.train_set))"
+"""
+
+import hashlib
+import os
+import pickle
+import shutil
+import tarfile
+import tempfile
+import urllib.error
+import zlib
+
+import pytorch_lightning as pl
+import torch
+import torchvision
+from torch.utils.data import DataLoader, Subset
+from torchvision import transforms as T
+
+from failure import UserError
+
+ARCHIVE = "cifar-10-python.tar.gz"
+FOLDER = "cifar-10-batches-py"
+MEAN = (0.4914, 0.4822, 0.4465)  # per-channel mean of the CIFAR-10 training images
+STD = (0.2470, 0.2435, 0.2616)  # per-channel standard deviation of the same
+
+
+class CIFAR10Files(torchvision.datasets.CIFAR10):
+    """CIFAR-10 in the official file format, whatever its content: no checksums (md5 None means "exists")."""
+
+    train_list = [[name, None] for name, _ in torchvision.datasets.CIFAR10.train_list]
+    test_list = [[name, None] for name, _ in torchvision.datasets.CIFAR10.test_list]
+    meta = {**torchvision.datasets.CIFAR10.meta, "md5": None}
+
+
+class CIFAR10DataModule(pl.LightningDataModule):
+    def __init__(
+        self,
+        data_dir: str = "data/cifar10",
+        batch_size: int = 128,
+        num_workers: int = 4,
+        val_split: int | float = 0.1,
+        num_classes: int = 10,
+        download: bool = False,
+        seed: int = 42,
+    ):
+        """
+        Args:
+            data_dir: directory with cifar-10-batches-py/ or cifar-10-python.tar.gz.
+            batch_size: images per batch on each process.
+            num_workers: DataLoader worker processes per training process.
+            val_split: images held out of the training set for validation: a fraction, a count, or 0 for the test set.
+            num_classes: number of classes (labels must be below it).
+            download: fetch the official CIFAR-10 into data_dir when it holds no data (needs internet).
+            seed: seed of the train/validation split.
+        """
+        super().__init__()
+        self.data_dir = data_dir
+        self.batch_size = batch_size
+        self.num_workers = num_workers
+        self.val_split = val_split
+        self.num_classes = num_classes
+        self.download = download
+        self.seed = seed
+        normalize = T.Normalize(MEAN, STD)
+        self.train_transform = T.Compose([T.RandomCrop(32, padding=4), T.RandomHorizontalFlip(), T.ToTensor(), normalize])
+        self.eval_transform = T.Compose([T.ToTensor(), normalize])
+
+    def _extract_dir(self) -> str:
+        """Where this node unpacks the archive: outside data_dir, which may be read-only or the user's own folder."""
+        stat = os.stat(os.path.join(self.data_dir, ARCHIVE))
+        key = f"{os.path.abspath(self.data_dir)}:{stat.st_size}:{stat.st_mtime_ns}"
+        return os.path.join(tempfile.gettempdir(), "cifar10-" + hashlib.sha1(key.encode()).hexdigest()[:12])
+
+    def _root(self) -> str | None:
+        """The directory that holds cifar-10-batches-py/, or None when there is none yet."""
+        if os.path.isdir(os.path.join(self.data_dir, FOLDER)):
+            return self.data_dir
+        if os.path.isfile(os.path.join(self.data_dir, ARCHIVE)) and os.path.isdir(os.path.join(self._extract_dir(), FOLDER)):
+            return self._extract_dir()
+        return None
+
+    def prepare_data(self) -> None:
+        """Once per node (local rank 0): unpack the archive, or download when allowed."""
+        if self._root():
+            return
+        if os.path.isfile(os.path.join(self.data_dir, ARCHIVE)):
+            self._extract()
+        elif self.download:
+            try:
+                torchvision.datasets.CIFAR10(self.data_dir, download=True)
+            except (urllib.error.URLError, OSError) as e:
+                raise UserError(f"cannot download CIFAR-10 into {self.data_dir} ({e}); put the data there instead") from e
+        else:
+            raise UserError(
+                f"no CIFAR-10 data in {os.path.abspath(self.data_dir)}: expected {FOLDER}/ or {ARCHIVE}; "
+                "give the job a 'training' input with the data, or pass --data.download true where there is internet"
+            )
+
+    def _extract(self) -> None:
+        """Copy out the seven known files by name: no member path from the archive is ever used."""
+        archive, target = os.path.join(self.data_dir, ARCHIVE), self._extract_dir()
+        names = [name for name, _ in CIFAR10Files.train_list + CIFAR10Files.test_list] + [CIFAR10Files.meta["filename"]]
+        staging = tempfile.mkdtemp(dir=os.path.dirname(target))
+        try:
+            with tarfile.open(archive) as tar:
+                for name in names:
+                    try:
+                        member = tar.extractfile(f"{FOLDER}/{name}")
+                    except KeyError:
+                        raise UserError(f"{archive} has no {FOLDER}/{name}; pack the files as the official {ARCHIVE}") from None
+                    with open(os.path.join(staging, name), "wb") as f:
+                        shutil.copyfileobj(member, f)
+        except (tarfile.TarError, OSError, EOFError, zlib.error) as e:
+            raise UserError(f"{archive} is not a readable tar.gz ({e}); upload the official {ARCHIVE}") from e
+        os.makedirs(target, exist_ok=True)
+        os.replace(staging, os.path.join(target, FOLDER))  # atomic: other ranks see all files or none
+
+    def _dataset(self, train: bool, transform) -> CIFAR10Files:
+        root = self._root()
+        if root is None:
+            self.prepare_data()  # setup() without prepare_data(), as in a notebook
+            root = self._root()
+        try:
+            dataset = CIFAR10Files(root, train=train, transform=transform)
+        except (pickle.UnpicklingError, EOFError, KeyError, ValueError, OSError, RuntimeError) as e:
+            raise UserError(f"cannot read CIFAR-10 files in {os.path.join(root, FOLDER)} ({e}); replace them") from e
+        if not dataset.targets or max(dataset.targets) >= self.num_classes or min(dataset.targets) < 0:
+            raise UserError(f"labels in {os.path.join(root, FOLDER)} must lie in 0..{self.num_classes - 1}")
+        return dataset
+
+    def setup(self, stage: str) -> None:
+        if stage == "fit" or stage == "validate":
+            train_full = self._dataset(True, self.train_transform)
+            n = len(train_full)
+            n_val = int(self.val_split * n) if isinstance(self.val_split, float) else self.val_split
+            if not 0 <= n_val < n:
+                raise UserError(f"data.val_split={self.val_split} leaves no training images out of {n}")
+            if n_val == 0:
+                self.train_set, self.val_set = train_full, self._dataset(False, self.eval_transform)
+            else:
+                order = torch.randperm(n, generator=torch.Generator().manual_seed(self.seed)).tolist()
+                self.train_set = Subset(train_full, order[n_val:])
+                self.val_set = Subset(self._dataset(True, self.eval_transform), order[:n_val])
+        if stage == "test":
+            self.test_set = self._dataset(False, self.eval_transform)
+
+    def _loader(self, dataset, shuffle: bool) -> DataLoader:
+        return DataLoader(
+            dataset,
+            batch_size=self.batch_size,
+            shuffle=shuffle,
+            num_workers=self.num_workers,
+            persistent_workers=self.num_workers > 0,
+            pin_memory=torch.cuda.is_available(),
+            drop_last=shuffle,  # equal batches on every rank: no tiny last step with its own noisy gradient
+        )
+
+    def train_dataloader(self) -> DataLoader:
+        return self._loader(self.train_set, shuffle=True)
+
+    def val_dataloader(self) -> DataLoader:
+        return self._loader(self.val_set, shuffle=False)
+
+    def test_dataloader(self) -> DataLoader:
+        return self._loader(self.test_set, shuffle=False)

@@ -1,0 +1,79 @@
+"""An image classifier around any torchvision classification model, as a LightningModule.
+
+The optimizer and learning-rate scheduler are not chosen here: LightningCLI adds them from the command
+line (`--optimizer Adam --optimizer.lr 1e-3`), with defaults in trainer.yaml.
+
+    python -c "import torch, model; print(model.ImageClassifier('resnet18')(torch.zeros(2, 3, 32, 32)).shape)"
+"""
+
+import os
+
+import pytorch_lightning as pl
+import torch
+import torchvision
+import yaml
+from torch import nn
+from torch.nn import functional as F
+from torchmetrics import MeanMetric
+from torchmetrics.classification import MulticlassAccuracy
+
+from failure import UserError
+
+
+def build_network(arch: str, num_classes: int, cifar_stem: bool) -> nn.Module:
+    """A torchvision model by name, untrained; ResNets get the CIFAR stem when asked."""
+    if arch not in torchvision.models.list_models(module=torchvision.models):
+        raise UserError(f"model.arch={arch!r} is not a torchvision classification model; try resnet18, resnet50, ...")
+    net = torchvision.models.get_model(arch, weights=None, num_classes=num_classes)
+    if cifar_stem and isinstance(net, torchvision.models.ResNet):
+        # 32×32 images: a 3×3 stride-1 first convolution and no max-pool keep layer1 at 32×32, not 8×8
+        net.conv1 = nn.Conv2d(3, net.conv1.out_channels, kernel_size=3, stride=1, padding=1, bias=False)
+        net.maxpool = nn.Identity()
+    return net
+
+
+class ImageClassifier(pl.LightningModule):
+    def __init__(self, arch: str = "resnet18", num_classes: int = 10, cifar_stem: bool = True):
+        """
+        Args:
+            arch: torchvision model name (torchvision.models.list_models()).
+            num_classes: number of output classes; linked from the data module.
+            cifar_stem: for ResNets, the 3×3 stride-1 stem without max-pool made for 32×32 images.
+        """
+        super().__init__()
+        self.save_hyperparameters()
+        self.net = build_network(arch, num_classes, cifar_stem)
+        # Metrics reduce by sum and count across ranks, never by ReduceOp.AVG (which SMDDP rejects)
+        self.train_acc = MulticlassAccuracy(num_classes, average="micro")
+        self.val_acc = MulticlassAccuracy(num_classes, average="micro")
+        self.val_loss = MeanMetric()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x)
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        logits = self(x)
+        loss = F.cross_entropy(logits, y)
+        self.train_acc(logits, y)
+        self.log("train/loss", loss, prog_bar=True)
+        self.log("train/acc", self.train_acc)
+        return loss
+
+    def validation_step(self, batch, batch_idx):
+        x, y = batch
+        logits = self(x)
+        self.val_loss(F.cross_entropy(logits, y))
+        self.val_acc(logits, y)
+        self.log("val/loss", self.val_loss, prog_bar=True)
+        self.log("val/acc", self.val_acc, prog_bar=True)
+
+    @classmethod
+    def from_model_dir(cls, model_dir: str) -> "ImageClassifier":
+        """The trained model from a job's model directory (model.tar.gz unpacked): config.yaml + model.pt."""
+        with open(os.path.join(model_dir, "config.yaml")) as f:
+            config = yaml.safe_load(f)
+        # num_classes is linked from the data module (train.py), so the config holds it there
+        model = cls(**config["model"], num_classes=config["data"]["init_args"]["num_classes"])
+        model.load_state_dict(torch.load(os.path.join(model_dir, "model.pt"), map_location="cpu", weights_only=True))
+        return model.eval()
