@@ -8,6 +8,7 @@ Defaults come from trainer.yaml; every one can be overridden (`--key value`, as 
 
 import hashlib
 import os
+import re
 import socket
 import sys
 import traceback
@@ -19,6 +20,7 @@ from jsonargparse import ArgumentError
 from pytorch_lightning.callbacks import ModelCheckpoint
 from pytorch_lightning.cli import LightningArgumentParser, LightningCLI
 from pytorch_lightning.loggers import TensorBoardLogger
+from pytorch_lightning.utilities.exceptions import MisconfigurationException
 
 import sagemaker_env
 from data import CIFAR10DataModule
@@ -81,18 +83,35 @@ def export(trainer: pl.Trainer, model: ImageClassifier, config_yaml: str, model_
     print(f"model: {os.path.join(model_dir, 'model.pt')} from {best or 'the final weights'}", flush=True)
 
 
-def run(argv: list[str]) -> None:
-    args = sagemaker_env.trainer_args(os.environ, argv) + argv
-    cli = CLI(
+def argument_problem(message: str) -> str:
+    """jsonargparse's nested union errors boiled down to `key=value is not valid (expected type)`."""
+    keys = re.findall(r'Parser key "([^"]+)"', message)
+    value = re.search(r"(?:Got|Given) value: (.*?)(?: - |$)", message, re.M)
+    if not keys or not value:
+        return message  # e.g. "Unrecognized arguments: --trainer.max_epochz 1" says it already
+    expected = [t.rsplit(".", 1)[-1] for t in re.findall(r"Expected an? <class '([\w.]+)'>", message) if t != "NoneType"]
+    return f"{'.'.join(keys)}={value.group(1)} is not valid" + (f" (expected {expected[0]})" if expected else "")
+
+
+def build_cli(argv: list[str]) -> CLI:
+    """Parse trainer.yaml, then SageMaker's settings, then argv (later wins), and instantiate everything."""
+    return CLI(
         ImageClassifier,
         CIFAR10DataModule,
         subclass_mode_data=True,
-        args=args,
+        args=sagemaker_env.trainer_args(os.environ, argv) + argv,
         run=False,
         parser_kwargs={"default_config_files": [TRAINER_YAML], "exit_on_error": False},
         trainer_defaults={"callbacks": [RankReport()]},
         save_config_kwargs={"overwrite": True},
     )
+
+
+def run(argv: list[str]) -> None:
+    try:
+        cli = build_cli(argv)
+    except (ValueError, TypeError, MisconfigurationException) as e:  # raised by a class built from the config
+        raise UserError(f"bad configuration: {e}") from e
     dirpath = cli.config.checkpoint.dirpath
     last = os.path.join(dirpath, "last.ckpt") if dirpath else None
     resume = last if last and os.path.isfile(last) else None
@@ -100,7 +119,7 @@ def run(argv: list[str]) -> None:
         print(f"resuming from {resume}", flush=True)
     cli.trainer.fit(cli.model, cli.datamodule, ckpt_path=resume)
     if cli.config.model_dir:
-        export(cli.trainer, cli.model, cli.parser.dump(cli.config, skip_none=False), cli.config.model_dir)
+        export(cli.trainer, cli.model, cli.parser.dump(cli.config, skip_unset=False), cli.config.model_dir)
     cli.trainer.strategy.barrier("exported")  # no host exits (ending a local-mode job) before rank 0 has written
 
 
@@ -111,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as e:
         return report(str(e))
     except ArgumentError as e:
-        return report(f"bad argument: {e}; see python app/train.py --help")
+        return report(f"bad hyperparameter: {argument_problem(str(e))}; python app/train.py --help lists them")
     except Exception as e:
         traceback.print_exc()
         return report(f"{type(e).__name__}: {e}")

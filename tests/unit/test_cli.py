@@ -1,0 +1,97 @@
+"""Hyperparameters as SageMaker delivers them, parsed by the trainer's LightningCLI.
+
+The hyperparameters go through the real conversions: the SDK's to_string, the toolkit's JSON decoding
+(read_hyperparameters) and its argument mapping (to_cmd_args).
+"""
+
+import json
+
+import pytest
+import torch
+from sagemaker.utils import to_string
+from sagemaker_training import environment, mapping
+
+import train
+from data import CIFAR10DataModule
+
+# The seed tutorial's Estimator hyperparameters, unchanged
+SEED_TUTORIAL = {
+    "data": "CIFAR10DataModule",
+    "data.batch_size": 32,
+    "optimizer": "Adam",
+    "optimizer.lr": 1e-3,
+    "trainer.accelerator": "cpu",
+    "trainer.devices": 1,
+    "trainer.max_epochs": 1,
+    "logger.name": "tutorial",
+}
+
+
+@pytest.fixture
+def as_sagemaker(tmp_path, monkeypatch):
+    """hyperparameters dict → the argv the toolkit gives the program."""
+
+    def convert(hyperparameters: dict) -> list[str]:
+        path = tmp_path / "hyperparameters.json"
+        path.write_text(json.dumps({k: to_string(v) for k, v in hyperparameters.items()}))  # what the SDK sends
+        monkeypatch.setattr(environment, "hyperparameters_file_dir", str(path))
+        return mapping.to_cmd_args(environment.read_hyperparameters())
+
+    return convert
+
+
+def build(argv):
+    return train.build_cli(train.sagemaker_env.sagemaker_values(argv))
+
+
+def test_seed_tutorial_hyperparameters_work_unchanged(as_sagemaker, archive_dir):
+    cli = build(as_sagemaker({**SEED_TUTORIAL, "data.data_dir": archive_dir}))
+    assert isinstance(cli.datamodule, CIFAR10DataModule) and cli.datamodule.batch_size == 32
+    optimizer = cli.model.configure_optimizers()
+    optimizer = optimizer[0] if isinstance(optimizer, (list, tuple)) else optimizer
+    assert isinstance(optimizer, torch.optim.Adam) and optimizer.defaults["lr"] == 1e-3
+    assert cli.trainer.max_epochs == 1 and cli.trainer.num_devices == 1
+    assert cli.trainer.logger.name == "tutorial"
+
+
+def test_booleans_and_none_as_sagemaker_delivers_them(as_sagemaker, archive_dir):
+    argv = as_sagemaker(
+        {
+            "data.data_dir": archive_dir,
+            "trainer.enable_progress_bar": False,
+            "model.cifar_stem": False,
+            "data.download": True,
+            "trainer.max_time": None,
+            "checkpoint.monitor": None,
+        }
+    )
+    assert argv[argv.index("--trainer.enable_progress_bar") + 1] == "False"  # as the toolkit passes them
+    assert argv[argv.index("--trainer.max_time") + 1] == "None"
+    config = build(argv).config
+    assert config.trainer.enable_progress_bar is False
+    assert config.model.cifar_stem is False and config.data.init_args.download is True
+    assert config.trainer.max_time is None and config.checkpoint.monitor is None
+
+
+def test_num_classes_is_linked_from_the_data_module(archive_dir):
+    cli = build(["--data.data_dir", archive_dir, "--data.num_classes", "7"])
+    assert cli.model.hparams.num_classes == 7 and cli.model.net.fc.out_features == 7
+
+
+@pytest.mark.parametrize(
+    "hyperparameters, message",
+    [
+        ({"trainer.max_epochz": 1}, "unrecognized arguments: --trainer.max_epochz 1"),
+        ({"data.batch_size": "abc"}, "data.batch_size=abc is not valid (expected int)"),
+        ({"optimizer": "NoSuchOptimizer"}, "optimizer=NoSuchOptimizer is not valid"),
+        ({"trainer.accelerator": "gpu"}, "bad configuration: No supported gpu backend found"),
+        ({"model.arch": "resnet1000"}, "model.arch='resnet1000' is not a torchvision classification model"),
+    ],
+)
+def test_bad_hyperparameters_fail_in_one_line(as_sagemaker, archive_dir, tmp_path, capsys, monkeypatch, hyperparameters, message):
+    monkeypatch.setenv("SM_OUTPUT_DIR", str(tmp_path))
+    assert train.main(as_sagemaker({"data.data_dir": archive_dir, **hyperparameters})) == 1
+    err_lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("ERROR: ")]
+    assert len(err_lines) == 1 and message in err_lines[0]
+    failure = (tmp_path / "failure").read_text()
+    assert failure.count("\n") == 1 and message in failure
