@@ -42,7 +42,7 @@ def weights_digest(module: torch.nn.Module) -> str:
 
 
 class RankReport(pl.Callback):
-    """Each process says which rank it is at the start and which weights it ends with."""
+    """Each process says which rank it is at the start and which weights it ends with; rank 0 adds val metrics."""
 
     def _say(self, trainer: pl.Trainer, what: str) -> None:
         host = os.environ.get("SM_CURRENT_HOST", socket.gethostname())
@@ -50,6 +50,11 @@ class RankReport(pl.Callback):
 
     def setup(self, trainer, pl_module, stage):
         self._say(trainer, f"node_rank {trainer.node_rank} local_rank {trainer.local_rank}")
+
+    def on_validation_epoch_end(self, trainer, pl_module):
+        if trainer.is_global_zero and not trainer.sanity_checking:
+            metrics = " ".join(f"{k}={v:.4f}" for k, v in sorted(trainer.callback_metrics.items()) if k.startswith("val/"))
+            print(f"epoch {trainer.current_epoch} step {trainer.global_step}: {metrics}", flush=True)
 
     def on_fit_end(self, trainer, pl_module):
         self._say(trainer, f"weights {weights_digest(pl_module)}")

@@ -1,0 +1,64 @@
+"""The real `train` entry point (sagemaker-training) runs launch.py → train.py on a temporary /opt/ml."""
+
+import glob
+import os
+import re
+
+import pytest
+
+from model import ImageClassifier
+
+pytestmark = pytest.mark.toolkit
+
+
+def ranks(output: str) -> dict[int, str]:
+    """{global rank: final weights digest} from the trainer's `rank R/W host H: weights D` lines."""
+    return {int(r): d for r, d in re.findall(r"^rank (\d+)/\d+ host \S+: weights (\w+)$", output, re.M)}
+
+
+def test_one_host_trains_and_exports(run_hosts, archive_dir, tiny):
+    (host,) = run_hosts(["localhost"], tiny, {"training": archive_dir})
+    assert host.returncode == 0, host.output
+    assert "rank 0/1 host localhost: node_rank 0 local_rank 0" in host.output
+    assert sorted(os.listdir(host.path("model"))) == ["config.yaml", "model.pt"]
+    ImageClassifier.from_model_dir(host.path("model"))  # loads into the model
+    assert os.path.isfile(host.path("checkpoints", "last.ckpt"))
+    assert glob.glob(host.path("output", "data", "tensorboard", "*", "version_0", "events.out.tfevents.*"))
+    assert os.path.exists(host.path("output", "success")) and host.failure is None
+
+
+def test_two_hosts_train_as_one_job(run_hosts, archive_dir, tiny):
+    """Two toolkit processes as two SageMaker hosts on this machine: one DDP job of world size 2."""
+    first, second = run_hosts(["localhost", "127.0.0.1"], tiny, {"training": archive_dir})
+    assert first.returncode == second.returncode == 0, first.output + second.output
+    assert "launch: node 0 of" in first.output and "world size 2" in first.output
+    assert "rank 0/2 host localhost: node_rank 0" in first.output
+    assert "rank 1/2 host 127.0.0.1: node_rank 1" in second.output
+    digests = {**ranks(first.output), **ranks(second.output)}
+    assert sorted(digests) == [0, 1] and digests[0] == digests[1]  # DDP kept the weights in sync
+    assert sorted(os.listdir(first.path("model"))) == ["config.yaml", "model.pt"]
+    assert os.listdir(second.path("model")) == []  # only global rank 0 writes the model
+
+
+@pytest.mark.parametrize(
+    "case, hosts, current, hyperparameters, channels, message",
+    [
+        # the toolkit itself rejects a host list that is not a list; these it passes on as SM_HOSTS
+        ("a host named twice", ["localhost", "localhost"], "localhost", {}, "archive", "names a host twice"),
+        ("an empty host name", ["localhost", ""], "localhost", {}, "archive", "is not a JSON list of host names"),
+        ("current host not in the list", ["localhost"], "algo-9", {}, "archive", "SM_CURRENT_HOST='algo-9' is not in SM_HOSTS"),
+        ("no training channel", ["localhost"], "localhost", {}, "other", "the job has no input channel 'training' (it has other)"),
+        ("empty training channel", ["localhost"], "localhost", {}, "empty", "no CIFAR-10 data in /"),
+        ("unknown hyperparameter", ["localhost"], "localhost", {"trainer.max_epochz": 1}, "archive", "unrecognized arguments: --trainer.max_epochz 1"),
+        ("ill-typed hyperparameter", ["localhost"], "localhost", {"data.batch_size": "abc"}, "archive", "data.batch_size=abc is not valid (expected int)"),
+    ],
+)
+def test_bad_input_fails_fast_in_one_line(run_hosts, archive_dir, tiny, case, hosts, current, hyperparameters, channels, message):
+    channels = {"archive": {"training": archive_dir}, "other": {"other": archive_dir}, "empty": {"training": None}}[channels]
+    # SM_STUDIO_LOCAL_MODE skips the toolkit's wait for every host name to resolve (up to 15 minutes)
+    (host,) = run_hosts(hosts, {**tiny, **hyperparameters}, channels, current_hosts=[current], env={"SM_STUDIO_LOCAL_MODE": "true"})
+    assert host.returncode != 0
+    assert host.seconds < 60, f"{case}: took {host.seconds:.0f} s"
+    assert host.failure is not None and host.failure.count("\n") == 1 and message in host.failure, host.failure
+    assert f"ERROR: {host.failure.strip()}" in host.output  # the same line on stderr
+    assert os.listdir(host.path("model")) == []
