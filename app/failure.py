@@ -17,7 +17,8 @@ class UserError(Exception):
 def report(message: str, env=os.environ) -> int:
     """Print `message` as one line on stderr and keep it as the job's failure reason; return the exit code."""
     line = " ".join(str(message).split())
-    print(f"ERROR: {line}", file=sys.stderr, flush=True)
+    sys.stderr.write(f"ERROR: {line}\n")  # one write: several ranks may fail at once into one stream
+    sys.stderr.flush()
     output_dir = env.get("SM_OUTPUT_DIR")
     if output_dir:
         try:  # "x": the first process to fail names the cause; ranks failing after it are consequences

@@ -1,8 +1,7 @@
-"""SAGEMAKER_PROGRAM: turns SageMaker's host list into torch.distributed settings, then runs train.py.
+"""SAGEMAKER_PROGRAM: sets torch.distributed's variables for the launcher that started it, then runs train.py.
 
-The training toolkit starts this once per host (`train` → `python launch.py --key value ...`). It sets
-MASTER_ADDR, MASTER_PORT, NODE_RANK and WORLD_SIZE from SM_HOSTS/SM_CURRENT_HOST, and Lightning starts one
-training process per device from there.
+The training toolkit starts this once per host (no distribution), or once per device under torchrun or mpirun
+(see sagemaker_env.launcher). It stays the parent of the training processes and returns their exit code.
 
     SM_HOSTS='["localhost"]' SM_CURRENT_HOST=localhost python app/launch.py --trainer.max_epochs 1 --data.data_dir data/synthetic
 """
@@ -21,20 +20,17 @@ TRAIN_PY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "train.py")
 def main() -> int:
     argv = sys.argv[1:]
     try:
-        env = sagemaker_env.launch_env(
-            os.environ,
-            sagemaker_env.devices(os.environ, argv),
-            resolve=socket.gethostbyname,
-            interfaces={name for _, name in socket.if_nameindex()},
-        )
+        processes = sagemaker_env.devices(os.environ, argv)
+        interfaces = {name for _, name in socket.if_nameindex()}
+        env = sagemaker_env.launch_env(os.environ, processes, socket.gethostbyname, interfaces, argv)
+        command = sagemaker_env.train_command(env, processes, sys.executable, TRAIN_PY, argv)
     except UserError as e:
         return report(str(e))
-    print(
-        f"launch: node {env['NODE_RANK']} of {env['SM_HOSTS']}, world size {env['WORLD_SIZE']}, "
-        f"master {env['MASTER_ADDR']}:{env['MASTER_PORT']}",
-        flush=True,
-    )
-    return subprocess.call([sys.executable, TRAIN_PY, *argv], env=env)
+    if env.get("RANK", "0") == "0":
+        mode = "torchrun (c10d)" if command[1:3] == ["-m", "torch.distributed.run"] else sagemaker_env.launcher(os.environ)
+        print(f"launch: {mode} on {env['SM_HOSTS']}, this is {env['SM_CURRENT_HOST']}, "
+              f"world size {env.get('WORLD_SIZE')}, master {env.get('MASTER_ADDR')}:{env.get('MASTER_PORT')}", flush=True)  # fmt: skip
+    return subprocess.call(command, env=env)
 
 
 if __name__ == "__main__":

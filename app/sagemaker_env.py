@@ -1,8 +1,14 @@
 """SageMaker's training environment translated into what Lightning and torch.distributed need.
 
 Pure functions from an environment (a mapping of variable names to strings) and the program's arguments
-to new environment variables or new arguments. Nothing here starts a process, resolves a name or reads a
-file: callers pass those in, so every rule is unit-tested without SageMaker.
+to new environment variables, arguments or commands. Nothing here starts a process, resolves a name or
+reads a file: callers pass those in, so every rule is unit-tested without SageMaker.
+
+Who starts the training processes (SageMaker's `distribution`, see launcher()):
+  process   one wrapper per host (no distribution); Lightning starts one process per device, or with
+            LAUNCHER=torchrun the wrapper starts torchrun with c10d rendezvous on the first host
+  torchrun  the toolkit's torch_distributed runner: one wrapper per device, ranks from torchrun
+  mpirun    pytorchddp, smdistributed, mpi: one wrapper per device, ranks from OMPI_COMM_WORLD_*
 
     SM_HOSTS='["algo-1","algo-2"]' SM_CURRENT_HOST=algo-2 SM_NUM_GPUS=0 \
         python -c "import os, sagemaker_env as e; print(e.trainer_args(os.environ, []))"
@@ -16,11 +22,25 @@ from failure import UserError
 
 DEFAULT_MASTER_PORT = "29500"  # torch.distributed's own default; MASTER_PORT in the environment wins
 DEFAULT_CHANNEL = "training"  # the input channel that holds the data; DATA_CHANNEL in the environment wins
+LAUNCHERS = ("lightning", "torchrun")  # LAUNCHER in the job's environment, for one-wrapper-per-host jobs
+# EFA with GPUDirect RDMA (AWS EFA docs); "p6" covers p6-b200, p6e-gb200 and later sizes
+RDMA_FAMILIES = ("p4d", "p4de", "p5", "p5e", "p5en", "trn1", "trn1n", "trn2")
+EFA_TYPES = ("ml.g4dn.8xlarge", "ml.g4dn.12xlarge", "ml.g4dn.16xlarge", "ml.g5.48xlarge", "ml.g6.48xlarge",
+             "ml.g6e.48xlarge", "ml.p3dn.24xlarge")  # fmt: skip  # EFA without GPUDirect RDMA
 
 
 def in_sagemaker(env: Mapping[str, str]) -> bool:
     """The training toolkit exports SM_HOSTS to the program on every SageMaker host (cloud and local mode)."""
     return "SM_HOSTS" in env
+
+
+def launcher(env: Mapping[str, str]) -> str:
+    """Which launcher started this process: "torchrun", "mpirun" or "process" (the toolkit's Process runner)."""
+    if "TORCHELASTIC_RUN_ID" in env:
+        return "torchrun"
+    if "OMPI_COMM_WORLD_RANK" in env:
+        return "mpirun"
+    return "process"
 
 
 def cluster(env: Mapping[str, str]) -> tuple[list[str], int]:
@@ -52,7 +72,8 @@ def _last_value(argv: Sequence[str], key: str) -> str | None:
 
 
 def devices(env: Mapping[str, str], argv: Sequence[str]) -> int:
-    """Training processes per host: --trainer.devices when it is a count or a list, else one per GPU, else 1."""
+    """Training processes per host: --trainer.devices when it is a count or a list, else what the launcher
+    started (LOCAL_WORLD_SIZE), else one per GPU, else 1."""
     given = _last_value(argv, "trainer.devices")
     try:
         parsed = json.loads(given) if given is not None else None
@@ -62,9 +83,56 @@ def devices(env: Mapping[str, str], argv: Sequence[str]) -> int:
         return parsed
     if isinstance(parsed, list) and parsed:
         return len(parsed)
+    if "LOCAL_WORLD_SIZE" in env:
+        return int(env["LOCAL_WORLD_SIZE"])
     gpus = int(env.get("SM_NUM_GPUS") or 0)
     on_cpu = (_last_value(argv, "trainer.accelerator") or "").lower() == "cpu"
     return gpus if gpus > 0 and not on_cpu else 1
+
+
+def _names_existing(variable: str, value: str, interfaces: Collection[str]) -> bool:
+    """Whether an *_SOCKET_IFNAME value selects an interface here: NCCL reads "^a,b" as an exclusion list,
+    "=a" as an exact name and "a" as a prefix; gloo reads exact names."""
+    if variable.startswith("NCCL") and value.startswith("^"):
+        return True
+    names = value.lstrip("=").split(",")
+    if variable.startswith("NCCL") and not value.startswith("="):
+        return any(i.startswith(n) for n in names for i in interfaces)
+    return all(n in interfaces for n in names)
+
+
+def network_env(env: Mapping[str, str], interfaces: Collection[str], argv: Sequence[str]) -> dict[str, str | None]:
+    """Interface and EFA settings: only where neither the user nor the launcher set them, or set them to an
+    interface this container lacks (SDK v3 local mode names "ethwe"; the PyTorch toolkit passes it on)."""
+    out = {}
+    interface = env.get("SM_NETWORK_INTERFACE_NAME")
+    for var in ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME"):
+        current = env.get(var)
+        if current is not None and _names_existing(var, current, interfaces):
+            continue
+        if interface in interfaces:
+            out[var] = interface
+        elif current is not None:
+            out[var] = None  # a name that is not here: unset, and gloo/NCCL pick an interface themselves
+    instance_type = env.get("SM_CURRENT_INSTANCE_TYPE", "")
+    family = instance_type.split(".")[1] if instance_type.count(".") == 2 else ""
+    rdma = family in RDMA_FAMILIES or family.startswith("p6")
+    if rdma or instance_type in EFA_TYPES:
+        efa = {"FI_PROVIDER": "efa"}  # NCCL over EFA through the aws-ofi-nccl plugin
+        if rdma:
+            efa["FI_EFA_USE_DEVICE_RDMA"] = "1"  # GPUDirect RDMA between GPU memory and the EFA device
+        if _last_value(argv, "data.num_workers") not in ("0", "null"):
+            efa["FI_EFA_USE_HUGE_PAGE"] = "0"  # forked DataLoader workers fail on huge-page EFA buffers
+        out.update({k: v for k, v in efa.items() if k not in env})
+    return out
+
+
+def _master(env: Mapping[str, str], hosts: list[str], resolve: Callable[[str], str]) -> dict[str, str]:
+    try:
+        address = resolve(hosts[0])
+    except OSError as e:
+        raise UserError(f"cannot resolve the first host {hosts[0]!r} ({e}); check SM_HOSTS and the job's network") from e
+    return {"MASTER_ADDR": address, "MASTER_PORT": env.get("MASTER_PORT", DEFAULT_MASTER_PORT)}
 
 
 def launch_env(
@@ -72,28 +140,49 @@ def launch_env(
     processes_per_host: int,
     resolve: Callable[[str], str],
     interfaces: Collection[str],
+    argv: Sequence[str] = (),
 ) -> dict[str, str]:
-    """The environment for this host's training processes: torch.distributed's rendezvous variables.
+    """The environment of train.py: torch.distributed's rendezvous variables for the launcher that ran us.
 
     `resolve` maps a host name to its address; `interfaces` are the network interfaces in this container.
     """
     hosts, node_rank = cluster(env)
-    try:
-        master_addr = resolve(hosts[0])
-    except OSError as e:
-        raise UserError(f"cannot resolve the first host {hosts[0]!r} ({e}); check SM_HOSTS and the job's network") from e
-    out = {k: v for k, v in env.items() if k != "LOCAL_RANK"}  # a set LOCAL_RANK makes Lightning wait for a launcher
-    out.update(
-        MASTER_ADDR=master_addr,
-        MASTER_PORT=env.get("MASTER_PORT", DEFAULT_MASTER_PORT),
-        NODE_RANK=str(node_rank),
-        WORLD_SIZE=str(len(hosts) * processes_per_host),
-    )
-    interface = env.get("SM_NETWORK_INTERFACE_NAME")
-    if interface in interfaces:  # SDK v3 local mode names "ethwe", which does not exist: then leave the choice to gloo/NCCL
-        for var in ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME"):
-            out.setdefault(var, interface)
+    out = dict(env)
+    mode = launcher(env)
+    if mode == "process":
+        out.pop("LOCAL_RANK", None)  # a set LOCAL_RANK makes Lightning wait for an outside launcher
+        out.update(_master(env, hosts, resolve), NODE_RANK=str(node_rank), WORLD_SIZE=str(len(hosts) * processes_per_host))
+    elif mode == "mpirun":
+        rank, size, local_rank, local_size = (int(env[f"OMPI_COMM_WORLD_{k}"]) for k in ("RANK", "SIZE", "LOCAL_RANK", "LOCAL_SIZE"))
+        if size != len(hosts) * local_size:
+            raise UserError(f"mpirun started {size} processes, not {local_size} on each of {len(hosts)} hosts; "
+                            "set processes_per_host in the distribution to the same number on every host")  # fmt: skip
+        node_rank = rank // local_size  # mpirun fills each host's slots in host-list order
+        # train.py is not an MPI process: no OMPI_/PMIX_ variables, and mpirun exported the first host's
+        # SM_CURRENT_HOST to every rank
+        out = {k: v for k, v in out.items() if not k.startswith(("OMPI_", "PMIX_"))}
+        out.update(_master(env, hosts, resolve), RANK=str(rank), WORLD_SIZE=str(size), LOCAL_RANK=str(local_rank),
+                   LOCAL_WORLD_SIZE=str(local_size), NODE_RANK=str(node_rank), SM_CURRENT_HOST=hosts[node_rank])  # fmt: skip
+    for var, value in network_env(env, interfaces, argv).items():
+        if value is None:
+            out.pop(var, None)
+        else:
+            out[var] = value
     return out
+
+
+def train_command(env: Mapping[str, str], processes_per_host: int, python: str, train_py: str, argv: Sequence[str]) -> list[str]:
+    """The command that runs the trainer on this host: train.py itself, or torchrun around it (LAUNCHER=torchrun)."""
+    chosen = env.get("LAUNCHER", "lightning")
+    if chosen not in LAUNCHERS:
+        raise UserError(f"LAUNCHER={chosen!r} is not one of {', '.join(LAUNCHERS)}; unset it or pick one of those")
+    if chosen == "lightning" or launcher(env) != "process":
+        return [python, train_py, *argv]
+    hosts, _ = cluster(env)
+    return [python, "-m", "torch.distributed.run", f"--nnodes={len(hosts)}", f"--nproc_per_node={processes_per_host}",
+            "--rdzv_backend=c10d", f"--rdzv_endpoint={env['MASTER_ADDR']}:{env['MASTER_PORT']}",
+            f"--rdzv_id={env.get('TRAINING_JOB_NAME') or 'sagemaker-lightning'}", "--max_restarts=0",
+            train_py, *argv]  # fmt: skip
 
 
 def trainer_args(env: Mapping[str, str], argv: Sequence[str]) -> list[str]:
@@ -129,12 +218,22 @@ def check_world_size(env: Mapping[str, str], num_nodes: int, devices_per_node: i
         raise UserError(
             f"trainer.num_nodes={num_nodes} but the job has {len(hosts)} hosts; leave trainer.num_nodes unset on SageMaker"
         )
+    local = env.get("LOCAL_WORLD_SIZE")
+    if local is not None and int(local) != devices_per_node:
+        raise UserError(f"trainer.devices={devices_per_node} but the launcher started {local} processes per host; "
+                        "leave trainer.devices unset or set it to that number")  # fmt: skip
     world = env.get("WORLD_SIZE")
     if world is not None and int(world) != num_nodes * devices_per_node:
         raise UserError(
             f"WORLD_SIZE={world} but trainer.num_nodes × trainer.devices = {num_nodes} × {devices_per_node}; "
             "set trainer.devices to the number of processes per host"
         )
+
+
+def smddp_enabled(env: Mapping[str, str]) -> bool:
+    """Whether the job asks for SMDDP (distribution smdistributed.dataparallel, or its framework parameter)."""
+    params = json.loads(env.get("SM_FRAMEWORK_PARAMS") or "{}")
+    return params.get("sagemaker_distributed_dataparallel_enabled") in (True, "true", "True")
 
 
 def sagemaker_values(argv: Sequence[str]) -> list[str]:

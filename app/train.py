@@ -6,10 +6,8 @@ Defaults come from trainer.yaml; every one can be overridden (`--key value`, as 
     python app/train.py --data.data_dir data/synthetic --trainer.max_epochs 1 --trainer.accelerator cpu --model_dir out
 """
 
-import hashlib
 import os
 import re
-import socket
 import sys
 import traceback
 import warnings
@@ -20,9 +18,12 @@ from jsonargparse import ArgumentError
 from pytorch_lightning.callbacks import ModelCheckpoint
 from pytorch_lightning.cli import LightningArgumentParser, LightningCLI
 from pytorch_lightning.loggers import TensorBoardLogger
+from pytorch_lightning.plugins.environments import LightningEnvironment, TorchElasticEnvironment
+from pytorch_lightning.strategies import DDPStrategy
 from pytorch_lightning.utilities.exceptions import MisconfigurationException
 
 import sagemaker_env
+from callbacks import LinearLRScaling, RankReport
 from data import CIFAR10DataModule
 from failure import UserError, report
 from model import ImageClassifier
@@ -33,44 +34,43 @@ TRAINER_YAML = os.path.join(os.path.dirname(os.path.abspath(__file__)), "trainer
 warnings.filterwarnings("ignore", message="LightningCLI's args parameter is intended")
 
 
-def weights_digest(module: torch.nn.Module) -> str:
-    """A short fingerprint of all weights: equal on every rank when data-parallel training kept them in sync."""
-    h = hashlib.sha256()
-    for tensor in module.state_dict().values():
-        h.update(tensor.detach().cpu().numpy().tobytes())
-    return h.hexdigest()[:16]
-
-
-class RankReport(pl.Callback):
-    """Each process says which rank it is at the start and which weights it ends with; rank 0 adds val metrics."""
-
-    def _say(self, trainer: pl.Trainer, what: str) -> None:
-        host = os.environ.get("SM_CURRENT_HOST", socket.gethostname())
-        print(f"rank {trainer.global_rank}/{trainer.world_size} host {host}: {what}", flush=True)
-
-    def setup(self, trainer, pl_module, stage):
-        self._say(trainer, f"node_rank {trainer.node_rank} local_rank {trainer.local_rank}")
-
-    def on_validation_epoch_end(self, trainer, pl_module):
-        if trainer.is_global_zero and not trainer.sanity_checking:
-            metrics = " ".join(f"{k}={v:.4f}" for k, v in sorted(trainer.callback_metrics.items()) if k.startswith("val/"))
-            print(f"epoch {trainer.current_epoch} step {trainer.global_step}: {metrics}", flush=True)
-
-    def on_fit_end(self, trainer, pl_module):
-        self._say(trainer, f"weights {weights_digest(pl_module)}")
-
-
 class CLI(LightningCLI):
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         parser.add_lightning_class_args(ModelCheckpoint, "checkpoint")
         parser.add_class_arguments(TensorBoardLogger, "logger")
         parser.add_argument("--model_dir", type=str | None, default=None, help="where rank 0 writes model.pt and config.yaml")
+        parser.add_argument("--scale_lr_by_world_size", type=bool, default=False, help="optimizer lr × number of processes")
         parser.link_arguments("data.init_args.num_classes", "model.num_classes")
 
     def instantiate_trainer(self, **kwargs) -> pl.Trainer:
+        if self.config_init["scale_lr_by_world_size"]:
+            kwargs["callbacks"] = [*(self.config_init["trainer"].get("callbacks") or []), LinearLRScaling()]
+        if sagemaker_env.in_sagemaker(os.environ):
+            kwargs.update(sagemaker_strategy(os.environ, self.config_init["trainer"]))
         trainer = super().instantiate_trainer(logger=self.config_init["logger"], **kwargs)
         sagemaker_env.check_world_size(os.environ, trainer.num_nodes, trainer.num_devices)
         return trainer
+
+
+def sagemaker_strategy(env, trainer_config: dict) -> dict:
+    """Trainer arguments for SageMaker's launchers: the cluster environment that knows the ranks (never
+    Lightning's guess: with mpi4py installed it would try MPI in a process mpirun did not start), and SMDDP's
+    process-group backend when the job asks for it (else Lightning's: NCCL on GPUs, gloo on CPUs)."""
+    cluster = TorchElasticEnvironment() if sagemaker_env.launcher(env) == "torchrun" else LightningEnvironment()
+    backend = None
+    if sagemaker_env.smddp_enabled(env):
+        try:
+            import smdistributed.dataparallel.torch.torch_smddp  # noqa: F401  registers the "smddp" backend
+        except ImportError as e:
+            raise UserError("the job enables SMDDP (smdistributed dataparallel) but this image has no "
+                            "smdistributed.dataparallel; build FLAVOR=dlc-smddp or conda, or use pytorchddp") from e  # fmt: skip
+        backend = "smddp"
+    strategy = trainer_config.get("strategy")
+    if strategy == "ddp":
+        return {"strategy": DDPStrategy(cluster_environment=cluster, process_group_backend=backend)}
+    if backend:
+        raise UserError(f"SMDDP needs trainer.strategy=ddp, not {strategy!r}")
+    return {"plugins": [*(trainer_config.get("plugins") or []), cluster]}
 
 
 def export(trainer: pl.Trainer, model: ImageClassifier, config_yaml: str, model_dir: str) -> None:

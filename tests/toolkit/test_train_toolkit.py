@@ -3,6 +3,7 @@
 import glob
 import os
 import re
+import sys
 
 import pytest
 
@@ -29,9 +30,10 @@ def test_one_host_trains_and_exports(run_hosts, archive_dir, tiny):
 
 def test_two_hosts_train_as_one_job(run_hosts, archive_dir, tiny):
     """Two toolkit processes as two SageMaker hosts on this machine: one DDP job of world size 2."""
-    first, second = run_hosts(["localhost", "127.0.0.1"], tiny, {"training": archive_dir})
+    first, second = run_hosts(["localhost", "127.0.0.1"], {**tiny, "scale_lr_by_world_size": "True"}, {"training": archive_dir})
     assert first.returncode == second.returncode == 0, first.output + second.output
-    assert "launch: node 0 of" in first.output and "world size 2" in first.output
+    assert 'launch: process on ["localhost","127.0.0.1"], this is localhost, world size 2' in first.output
+    assert "learning rate × world size 2 (linear scaling): 0.1" in first.output  # trainer.yaml's 0.05 × 2
     assert "rank 0/2 host localhost: node_rank 0" in first.output
     assert "rank 1/2 host 127.0.0.1: node_rank 1" in second.output
     digests = {**ranks(first.output), **ranks(second.output)}
@@ -62,3 +64,29 @@ def test_bad_input_fails_fast_in_one_line(run_hosts, archive_dir, tiny, case, ho
     assert host.failure is not None and host.failure.count("\n") == 1 and message in host.failure, host.failure
     assert f"ERROR: {host.failure.strip()}" in host.output  # the same line on stderr
     assert os.listdir(host.path("model")) == []
+
+
+STANDIN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "smddp_standin")
+SMDDP = {"sagemaker_distributed_dataparallel_enabled": "true", "trainer.devices": "2", "trainer.accelerator": "cpu"}
+
+
+def test_smddp_job_never_averages_through_the_backend(run_hosts, archive_dir, tiny):
+    """Two processes on the "smddp" backend (a stand-in that refuses ReduceOp.AVG as SMDDP does)."""
+    (host,) = run_hosts(["localhost"], {**tiny, **SMDDP}, {"training": archive_dir}, env={"PYTHONPATH": STANDIN})
+    assert host.returncode == 0, host.output[-3000:]
+    assert "distributed_backend=smddp" in host.output
+    digests = ranks(host.output)
+    assert sorted(digests) == [0, 1] and digests[0] == digests[1]
+
+
+def test_the_smddp_standin_catches_averaging(run_hosts, archive_dir, tiny):
+    """The control: a callback that logs with sync_dist=True (a mean, ReduceOp.AVG) makes the same job fail."""
+    hps = {**tiny, **SMDDP, "trainer.callbacks+": "averaging.LogMeanLoss"}
+    (host,) = run_hosts(["localhost"], hps, {"training": archive_dir}, env={"PYTHONPATH": STANDIN})
+    assert host.returncode != 0 and "ReduceOp.AVG is not supported" in host.output
+
+
+def test_smddp_without_the_library_is_named(run_hosts, archive_dir, tiny):
+    (host,) = run_hosts(["localhost"], {**tiny, **SMDDP}, {"training": archive_dir})
+    assert host.returncode != 0
+    assert "the job enables SMDDP (smdistributed dataparallel) but this image has no smdistributed" in host.failure

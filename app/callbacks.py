@@ -1,0 +1,65 @@
+"""Lightning callbacks the trainer adds: who-is-who and validation lines, and the linear learning-rate rule.
+
+    python app/train.py ... --scale_lr_by_world_size true   # lr × number of processes, logged once
+"""
+
+import hashlib
+import os
+import socket
+import sys
+
+import pytorch_lightning as pl
+import torch
+
+
+def say(line: str) -> None:
+    """One write per line: ranks share one stdout, and print() writes the newline separately, so lines of
+    different ranks would interleave when stdout is unbuffered (PYTHONUNBUFFERED, as in the image)."""
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+
+
+def weights_digest(module: torch.nn.Module) -> str:
+    """A short fingerprint of all weights: equal on every rank when data-parallel training kept them in sync."""
+    h = hashlib.sha256()
+    for tensor in module.state_dict().values():
+        h.update(tensor.detach().cpu().numpy().tobytes())
+    return h.hexdigest()[:16]
+
+
+class RankReport(pl.Callback):
+    """Each process says which rank it is at the start and which weights it ends with; rank 0 adds val metrics."""
+
+    def _say(self, trainer: pl.Trainer, what: str) -> None:
+        host = os.environ.get("SM_CURRENT_HOST", socket.gethostname())
+        say(f"rank {trainer.global_rank}/{trainer.world_size} host {host}: {what}")
+
+    def setup(self, trainer, pl_module, stage):
+        self._say(trainer, f"node_rank {trainer.node_rank} local_rank {trainer.local_rank}")
+
+    def on_validation_epoch_end(self, trainer, pl_module):
+        if trainer.is_global_zero and not trainer.sanity_checking:
+            metrics = " ".join(f"{k}={v:.4f}" for k, v in sorted(trainer.callback_metrics.items()) if k.startswith("val/"))
+            say(f"epoch {trainer.current_epoch} step {trainer.global_step}: {metrics}")
+
+    def on_fit_end(self, trainer, pl_module):
+        self._say(trainer, f"weights {weights_digest(pl_module)}")
+
+
+class LinearLRScaling(pl.Callback):
+    """The linear scaling rule (Goyal et al., 2017): with batch_size per process, the global batch grows with
+    the world size, and so does the learning rate. Applied once, before a resumed checkpoint restores the
+    optimizers (whose saved learning rates are already scaled)."""
+
+    def on_fit_start(self, trainer, pl_module):
+        factor = trainer.world_size
+        for optimizer in trainer.optimizers:
+            for group in optimizer.param_groups:
+                for key in ("lr", "initial_lr"):  # initial_lr: where a scheduler starts from
+                    if key in group:
+                        group[key] *= factor
+        for config in trainer.lr_scheduler_configs:
+            config.scheduler.base_lrs = [lr * factor for lr in config.scheduler.base_lrs]
+        if trainer.is_global_zero and trainer.optimizers:
+            lrs = ", ".join(f"{g['lr']:g}" for g in trainer.optimizers[0].param_groups)
+            say(f"learning rate × world size {factor} (linear scaling): {lrs}")
