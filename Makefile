@@ -3,7 +3,9 @@ FLAVOR ?= dlc
 IMAGE ?= sagemaker-lightning
 TAG ?= latest
 # Base image of each flavor, tags pinned (BASE_IMAGE=... overrides the flavor's)
-BASE_dlc := 763104351884.dkr.ecr.us-east-1.amazonaws.com/pytorch-training:2.10.0-gpu-py313-cu130-ubuntu22.04-sagemaker
+BASE_dlc := public.ecr.aws/deep-learning-containers/pytorch:2.13.0-cu133-amzn2023-sagemaker
+BASE_dlc-smddp := 763104351884.dkr.ecr.us-east-1.amazonaws.com/pytorch-training:2.5.1-gpu-py311-cu124-ubuntu22.04-sagemaker
+BASE_conda := ubuntu:22.04
 BASE_pypi := python:3.11-slim-bookworm
 BASE_IMAGE ?= $(BASE_$(FLAVOR))
 # The pypi base made from Debian packages, for machines that reach no container registry
@@ -23,26 +25,26 @@ DEMO_ARGS := trainer.max_epochs=1 trainer.accelerator=cpu data.batch_size=16 dat
 help:  ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
 
-install: .venv/.installed  ## Make .venv with everything the tests and scripts need (pins in pyproject.toml)
-.venv/.installed: pyproject.toml
-	python3 -m venv .venv
-	.venv/bin/pip install -q pip==26.0.1
-	.venv/bin/pip install -q --group dev
+install: .venv/.installed .venv-sdk3/.installed  ## Make .venv (SDK 2.x, tests) and .venv-sdk3 (SDK 3.x); pins in pyproject.toml
+.venv/.installed .venv-sdk3/.installed: pyproject.toml
+	python3 -m venv $(@D)
+	$(@D)/bin/pip install -q pip==26.0.1
+	$(@D)/bin/pip install -q --group $(if $(findstring sdk3,$@),sdk3,dev)
 	touch $@
 
 test: install  ## Run every test tier: unit, toolkit, container (REQUIRE_ALL_TIERS=1: a skipped tier fails)
 	.venv/bin/pytest -rs
 
-build:  ## Build $(IMAGE):$(TAG) for FLAVOR=dlc|pypi (BASE_IMAGE, PIP_CA_BUNDLE, DOCKER: see above)
+build:  ## Build $(IMAGE):$(TAG) for FLAVOR=dlc|dlc-smddp|conda|pypi (BASE_IMAGE, PIP_CA_BUNDLE, DOCKER: see above)
 	@test -n "$(DOCKER)" || { echo "error: no docker client here runs BuildKit builds; install docker-buildx or set DOCKER=/path/to/docker" >&2; exit 1; }
-	@test -n "$(BASE_$(FLAVOR))" || { echo "error: FLAVOR=$(FLAVOR) is not a flavor; choose dlc or pypi" >&2; exit 1; }
+	@test -n "$(BASE_$(FLAVOR))" || { echo "error: FLAVOR=$(FLAVOR) is not a flavor; choose dlc, dlc-smddp, conda or pypi" >&2; exit 1; }
 	@base=$(BASE_IMAGE); \
 	if ! $(DOCKER) image inspect $$base >/dev/null 2>&1 && ! $(DOCKER) pull -q $$base >/dev/null 2>&1; then \
 	  if [ $(FLAVOR) = pypi ] && [ "$(origin BASE_IMAGE)" = file ]; then \
 	    echo "cannot pull $$base: using $(DEBIAN_BASE), the same Python from Debian packages"; \
 	    $(MAKE) --no-print-directory debian-base || exit 1; base=$(DEBIAN_BASE); \
 	  else \
-	    echo "error: cannot pull the base image $$base; log in to its registry (DLC: aws ecr get-login-password | docker login ...) or set BASE_IMAGE" >&2; exit 1; \
+	    echo "error: cannot pull the base image $$base of FLAVOR=$(FLAVOR); log in to its registry (see README: Building the image) or set BASE_IMAGE" >&2; exit 1; \
 	  fi; \
 	fi; \
 	set -x; DOCKER_BUILDKIT=1 $(DOCKER) build -f docker/Dockerfile -t $(IMAGE):$(TAG) \

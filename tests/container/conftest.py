@@ -44,11 +44,13 @@ def image() -> str:
 def local_job(image, tmp_path):
     """Run scripts/run_sagemaker.py in local mode; return (exit code, output without colours, output dir)."""
 
-    def run(instance_count: int, data_dir: str, *hyperparameters: str):
+    def run(instance_count: int, data_dir: str, *words: str, sdk: str = "v2"):
+        """words: run_sagemaker.py options and key=value hyperparameters; sdk: which venv's SDK runs it."""
         out = tmp_path / "runs"
-        cmd = [sys.executable, os.path.join(ROOT, "scripts", "run_sagemaker.py"), "--image", image,
+        python = sys.executable if sdk == "v2" else os.path.join(ROOT, ".venv-sdk3", "bin", "python")
+        cmd = [python, os.path.join(ROOT, "scripts", "run_sagemaker.py"), "--image", image,
                "--instance-type", "local", "--instance-count", str(instance_count),
-               "--input", data_dir, "--output", str(out), *hyperparameters]  # fmt: skip
+               "--input", data_dir, "--output", str(out), *words]  # fmt: skip
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
         # local mode never removes its containers: remove this job's
         ids = subprocess.run(["docker", "ps", "-aq", "--filter", f"ancestor={image}"], capture_output=True, text=True).stdout.split()

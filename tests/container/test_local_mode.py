@@ -1,4 +1,5 @@
-"""The image in SageMaker local mode: the real SDK v2 Estimator starts containers with docker compose."""
+"""The image in SageMaker local mode: the real SDK (2.x Estimator, 3.x ModelTrainer) starts containers with
+docker compose, and the toolkit in the image starts the training processes the way the distribution says."""
 
 import re
 import tarfile
@@ -19,33 +20,56 @@ def model_tar(output: str) -> str:
 
 
 def ranks(output: str) -> dict[int, tuple[str, int, str]]:
-    """{global rank: (container's host, world size, final weights)} from each container's log lines."""
-    found = re.findall(r"(algo-\d+-\w+)\s*\|\s*rank (\d+)/(\d+) host (\S+): weights (\w+)", output)
-    return {int(rank): (host, int(world), digest) for container, rank, world, host, digest in found if container == host}
+    """{global rank: (host, world size, final weights)} from the ranks' `rank R/W host H: weights D` lines,
+    as compose prints them (prefixed with the container), under mpirun tagged with the MPI rank."""
+    found = re.findall(r"\|\s*(?:\[\S+\]<stdout>:)?rank (\d+)/(\d+) host (\S+): weights (\w+)", output)
+    return {int(rank): (host, int(world), digest) for rank, world, host, digest in found}
 
 
-def unpacked(tar_path, tmp_path) -> str:
+def loads(tar_path, tmp_path) -> None:
     with tarfile.open(tar_path) as tar:
         assert sorted(tar.getnames()) == ["config.yaml", "model.pt"]
         tar.extractall(tmp_path / "model")
-    return str(tmp_path / "model")
+    ImageClassifier.from_model_dir(str(tmp_path / "model"))
 
 
 def test_one_instance(local_job, archive_dir, tmp_path):
-    code, output, _ = local_job(1, archive_dir, *TINY)
+    code, output, runs = local_job(1, archive_dir, *TINY)
     assert code == 0, output[-5000:]
     assert [world for _, world, _ in ranks(output).values()] == [1]
-    ImageClassifier.from_model_dir(unpacked(model_tar(output), tmp_path))
+    tar_path = model_tar(output)
+    assert tar_path.startswith(str(runs)) and "/lightning-" in tar_path  # the job's own folder under --output
+    loads(tar_path, tmp_path)
 
 
-def test_two_instances_train_one_model(local_job, archive_dir, tmp_path):
-    code, output, runs = local_job(2, archive_dir, *TINY)
+MODES = {  # name: (SDK, run_sagemaker.py options)
+    "v2, one process per host": ("v2", []),
+    "v3, one process per host": ("v3", []),  # v3 names a network interface ("ethwe") the container lacks
+    "v2, LAUNCHER=torchrun (c10d)": ("v2", ["--launcher", "torchrun"]),
+    "v3, torch_distributed (the toolkit's torchrun)": ("v3", ["--distribution", "torch_distributed"]),
+    "v2, mpi (mpirun over ssh)": ("v2", ["--distribution", "mpi"]),
+    "v2, pytorchddp (mpirun, SMDataParallel runner)": ("v2", ["--distribution", "pytorchddp"]),
+}
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_two_instances_train_one_model(local_job, archive_dir, tmp_path, mode):
+    sdk, options = MODES[mode]
+    code, output, _ = local_job(2, archive_dir, *options, *TINY, sdk=sdk)
     assert code == 0, output[-5000:]
     found = ranks(output)
     assert sorted(found) == [0, 1], output[-5000:]
-    assert found[0][0].startswith("algo-1-") and found[1][0].startswith("algo-2-")  # each host its own rank
+    hosts = sorted(host for host, _, _ in found.values())
+    assert re.match(r"algo-1\b", hosts[0]) and re.match(r"algo-2\b", hosts[1])  # one rank on each host
     assert {world for _, world, _ in found.values()} == {2}
     assert found[0][2] == found[1][2]  # the same final weights on both hosts
-    tar_path = model_tar(output)
-    assert tar_path.startswith(str(runs)) and "/lightning-" in tar_path  # the job's own folder under --output
-    ImageClassifier.from_model_dir(unpacked(tar_path, tmp_path))
+    loads(model_tar(output), tmp_path)
+
+
+def test_mpirun_two_processes_on_one_host(local_job, archive_dir, tmp_path):
+    code, output, _ = local_job(1, archive_dir, "--distribution", "mpi", "--processes-per-host", "2", *TINY)
+    assert code == 0, output[-5000:]
+    found = ranks(output)
+    assert sorted(found) == [0, 1] and {world for _, world, _ in found.values()} == {2}
+    assert found[0][2] == found[1][2]
+    assert "[1,mpirank:1," in output  # started by mpirun, not by Lightning
