@@ -63,3 +63,4 @@ class LinearLRScaling(pl.Callback):
         if trainer.is_global_zero and trainer.optimizers:
             lrs = ", ".join(f"{g['lr']:g}" for g in trainer.optimizers[0].param_groups)
             say(f"learning rate × world size {factor} (linear scaling): {lrs}")
+

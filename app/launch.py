@@ -7,6 +7,7 @@ The training toolkit starts this once per host (no distribution), or once per de
 """
 
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -30,7 +31,13 @@ def main() -> int:
         mode = "torchrun (c10d)" if command[1:3] == ["-m", "torch.distributed.run"] else sagemaker_env.launcher(os.environ)
         print(f"launch: {mode} on {env['SM_HOSTS']}, this is {env['SM_CURRENT_HOST']}, "
               f"world size {env.get('WORLD_SIZE')}, master {env.get('MASTER_ADDR')}:{env.get('MASTER_PORT')}", flush=True)  # fmt: skip
-    return subprocess.call(command, env=env)
+    code = subprocess.call(command, env=env)
+    if code == -signal.SIGKILL:
+        return report("a training process was killed with SIGKILL, most often by the kernel's out-of-memory killer; "
+                      "lower data.batch_size or data.num_workers, or use an instance with more memory")  # fmt: skip
+    if code < 0 and code != -signal.SIGTERM:  # SIGTERM: train.py said why (stopped, checkpoint saved)
+        return report(f"a training process was killed by {signal.Signals(-code).name}")
+    return 128 - code if code < 0 else code
 
 
 if __name__ == "__main__":

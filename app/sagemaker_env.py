@@ -16,6 +16,7 @@ Who starts the training processes (SageMaker's `distribution`, see launcher()):
 
 import json
 import os
+import re
 from collections.abc import Callable, Collection, Mapping, Sequence
 
 from failure import UserError
@@ -182,6 +183,7 @@ def train_command(env: Mapping[str, str], processes_per_host: int, python: str, 
     return [python, "-m", "torch.distributed.run", f"--nnodes={len(hosts)}", f"--nproc_per_node={processes_per_host}",
             "--rdzv_backend=c10d", f"--rdzv_endpoint={env['MASTER_ADDR']}:{env['MASTER_PORT']}",
             f"--rdzv_id={env.get('TRAINING_JOB_NAME') or 'sagemaker-lightning'}", "--max_restarts=0",
+            *([f"--rdzv_conf=join_timeout={timeout}"] if (timeout := _last_value(argv, "dist_timeout")) else []),
             train_py, *argv]  # fmt: skip
 
 
@@ -236,10 +238,49 @@ def smddp_enabled(env: Mapping[str, str]) -> bool:
     return params.get("sagemaker_distributed_dataparallel_enabled") in (True, "true", "True")
 
 
-def sagemaker_values(argv: Sequence[str]) -> list[str]:
-    """Hyperparameter values as SageMaker delivers them, in the parser's terms: `None` and an empty value mean null.
+def peer_failure(env: Mapping[str, str], message: str, resolve: Callable[[str], str]) -> str | None:
+    """What a torch.distributed error means for this job, naming the host to look at; None when it is not one."""
+    hosts, node_rank = cluster(env)
+    others = ", ".join(h for i, h in enumerate(hosts) if i != node_rank) or "none"
+    master = f"{env.get('MASTER_ADDR', hosts[0])}:{env.get('MASTER_PORT', DEFAULT_MASTER_PORT)}"
+    if joined := re.search(r"Timed out after (\d+) seconds waiting for clients\. (\d+)/(\d+) clients joined", message):
+        return (f"only {joined[2]} of {joined[3]} processes joined within {joined[1]} s: the other hosts ({others}) did not "
+                f"start training or cannot reach {master}; see their logs (dist_timeout sets the wait)")  # fmt: skip
+    if re.search(r"connect\(\) timed out|Connection refused|failed to connect|Socket Timeout", message, re.I):
+        return (f"could not reach the first host {hosts[0]} at {master} within dist_timeout: it did not start "
+                "training or failed first; see its failure reason")  # fmt: skip
+    if lost := re.search(r"(?:Connection closed by peer|Connection reset by peer|Read error|Write error)\D*(\d+\.\d+\.\d+\.\d+)", message):
+        named = [h for h in hosts if _address(resolve, h) == lost[1]]
+        return (f"lost the connection to host {named[0] if named else lost[1]} during training: a process there "
+                "stopped; its failure reason names the cause")  # fmt: skip
+    if re.search(r"timed out|timeout", message, re.I) and re.search(r"gloo|nccl|collective|barrier|broadcast|allreduce", message, re.I):
+        return f"a collective operation did not finish within dist_timeout: a process on another host ({others}) stopped or hangs"
+    return None
 
-    The SDK turns a Python None into the string "None" (or JSON null, which the toolkit passes as ""); booleans
-    arrive as True/False, which the parser already reads.
+
+def _address(resolve: Callable[[str], str], host: str) -> str | None:
+    try:
+        return resolve(host)
+    except OSError:
+        return None
+
+
+MANGLED_DICT = re.compile(r"^[A-Za-z_][\w.]*=[^,]*(,[A-Za-z_][\w.]*=[^,]*)*$")  # the toolkit's k=v,k2=v2
+
+
+def sagemaker_values(argv: Sequence[str]) -> list[str]:
+    """Hyperparameter values as SageMaker delivers them, in the parser's terms.
+
+    The SDK turns a Python None into the string "None" (or JSON null, which the toolkit passes as ""): null.
+    A dict reaches the toolkit as JSON and leaves it as k=v,k2=v2: back to a {k: v, k2: v2} mapping.
+    Booleans arrive as True/False and lists as Python's repr, which the parser reads as they are.
     """
-    return ["null" if token in ("None", "") and i > 0 and argv[i - 1].startswith("--") else token for i, token in enumerate(argv)]
+    out = []
+    for i, token in enumerate(argv):
+        value = i > 0 and argv[i - 1].startswith("--")
+        if value and token in ("None", ""):
+            token = "null"
+        elif value and MANGLED_DICT.match(token):
+            token = "{" + ", ".join(": ".join(pair.split("=", 1)) for pair in token.split(",")) + "}"
+        out.append(token)
+    return out

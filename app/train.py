@@ -8,9 +8,13 @@ Defaults come from trainer.yaml; every one can be overridden (`--key value`, as 
 
 import os
 import re
+import signal
+import socket
 import sys
+import tempfile
 import traceback
 import warnings
+from datetime import timedelta
 
 import pytorch_lightning as pl
 import torch
@@ -20,10 +24,11 @@ from pytorch_lightning.cli import LightningArgumentParser, LightningCLI
 from pytorch_lightning.loggers import TensorBoardLogger
 from pytorch_lightning.plugins.environments import LightningEnvironment, TorchElasticEnvironment
 from pytorch_lightning.strategies import DDPStrategy
-from pytorch_lightning.utilities.exceptions import MisconfigurationException
+from pytorch_lightning.utilities.exceptions import MisconfigurationException, SIGTERMException
 
 import sagemaker_env
 from callbacks import LinearLRScaling, RankReport
+from checkpoints import AtomicCheckpointIO, LastCheckpoint
 from data import CIFAR10DataModule
 from failure import UserError, report
 from model import ImageClassifier
@@ -39,38 +44,46 @@ class CLI(LightningCLI):
         parser.add_lightning_class_args(ModelCheckpoint, "checkpoint")
         parser.add_class_arguments(TensorBoardLogger, "logger")
         parser.add_argument("--model_dir", type=str | None, default=None, help="where rank 0 writes model.pt and config.yaml")
+        parser.add_argument("--last_checkpoint_every_n_steps", type=int, default=0, help="last.ckpt every N steps (0: epochs only)")
+        parser.add_argument("--dist_timeout", type=int, default=600, help="seconds a rank waits for the others")
         parser.add_argument("--scale_lr_by_world_size", type=bool, default=False, help="optimizer lr × number of processes")
         parser.link_arguments("data.init_args.num_classes", "model.num_classes")
 
     def instantiate_trainer(self, **kwargs) -> pl.Trainer:
-        if self.config_init["scale_lr_by_world_size"]:
-            kwargs["callbacks"] = [*(self.config_init["trainer"].get("callbacks") or []), LinearLRScaling()]
-        if sagemaker_env.in_sagemaker(os.environ):
-            kwargs.update(sagemaker_strategy(os.environ, self.config_init["trainer"]))
-        trainer = super().instantiate_trainer(logger=self.config_init["logger"], **kwargs)
+        config = self.config_init
+        callbacks = [LastCheckpoint(config["last_checkpoint_every_n_steps"])]
+        if config["scale_lr_by_world_size"]:
+            callbacks.append(LinearLRScaling())
+        kwargs["callbacks"] = [*(config["trainer"].get("callbacks") or []), *callbacks]
+        kwargs["plugins"] = [*(config["trainer"].get("plugins") or []), AtomicCheckpointIO()]
+        kwargs.update(strategy(os.environ, config["trainer"], config["dist_timeout"], kwargs["plugins"]))
+        trainer = super().instantiate_trainer(logger=config["logger"], **kwargs)
         sagemaker_env.check_world_size(os.environ, trainer.num_nodes, trainer.num_devices)
         return trainer
 
 
-def sagemaker_strategy(env, trainer_config: dict) -> dict:
-    """Trainer arguments for SageMaker's launchers: the cluster environment that knows the ranks (never
-    Lightning's guess: with mpi4py installed it would try MPI in a process mpirun did not start), and SMDDP's
-    process-group backend when the job asks for it (else Lightning's: NCCL on GPUs, gloo on CPUs)."""
-    cluster = TorchElasticEnvironment() if sagemaker_env.launcher(env) == "torchrun" else LightningEnvironment()
-    backend = None
-    if sagemaker_env.smddp_enabled(env):
-        try:
-            import smdistributed.dataparallel.torch.torch_smddp  # noqa: F401  registers the "smddp" backend
-        except ImportError as e:
-            raise UserError("the job enables SMDDP (smdistributed dataparallel) but this image has no "
-                            "smdistributed.dataparallel; build FLAVOR=dlc-smddp or conda, or use pytorchddp") from e  # fmt: skip
-        backend = "smddp"
-    strategy = trainer_config.get("strategy")
-    if strategy == "ddp":
-        return {"strategy": DDPStrategy(cluster_environment=cluster, process_group_backend=backend)}
+def strategy(env, trainer_config: dict, timeout_s: int, plugins: list) -> dict:
+    """Trainer arguments for distributed training. DDP with a timeout on joining and on every collective (never
+    torch's 30 minutes). On SageMaker: the cluster environment that knows the launcher's ranks (not Lightning's
+    guess: with mpi4py installed it would try MPI in a process mpirun did not start), and SMDDP's process-group
+    backend when the job asks for it (else Lightning's choice: NCCL on GPUs, gloo on CPUs)."""
+    cluster, backend = None, None
+    if sagemaker_env.in_sagemaker(env):
+        cluster = TorchElasticEnvironment() if sagemaker_env.launcher(env) == "torchrun" else LightningEnvironment()
+        if sagemaker_env.smddp_enabled(env):
+            try:
+                import smdistributed.dataparallel.torch.torch_smddp  # noqa: F401  registers the "smddp" backend
+            except ImportError as e:
+                raise UserError("the job enables SMDDP (smdistributed dataparallel) but this image has no "
+                                "smdistributed.dataparallel; build FLAVOR=dlc-smddp or conda, or use pytorchddp") from e  # fmt: skip
+            backend = "smddp"
+    chosen = trainer_config.get("strategy")
+    if chosen == "ddp":
+        ddp = DDPStrategy(cluster_environment=cluster, process_group_backend=backend, timeout=timedelta(seconds=timeout_s))
+        return {"strategy": ddp}
     if backend:
-        raise UserError(f"SMDDP needs trainer.strategy=ddp, not {strategy!r}")
-    return {"plugins": [*(trainer_config.get("plugins") or []), cluster]}
+        raise UserError(f"SMDDP needs trainer.strategy=ddp, not {chosen!r}")
+    return {"plugins": [*plugins, cluster]} if cluster else {}
 
 
 def export(trainer: pl.Trainer, model: ImageClassifier, config_yaml: str, model_dir: str) -> None:
@@ -80,11 +93,12 @@ def export(trainer: pl.Trainer, model: ImageClassifier, config_yaml: str, model_
     best = trainer.checkpoint_callback.best_model_path if trainer.checkpoint_callback else ""
     state = torch.load(best, map_location="cpu", weights_only=False)["state_dict"] if best else model.state_dict()
     os.makedirs(model_dir, exist_ok=True)
-    for name, write in (("model.pt", lambda f: torch.save(state, f)), ("config.yaml", lambda f: f.write(config_yaml.encode()))):
-        partial = os.path.join(model_dir, f".{name}.partial")
-        with open(partial, "wb") as f:
+    writers = {"config.yaml": lambda f: f.write(config_yaml.encode()), "model.pt": lambda f: torch.save(state, f)}
+    for name, write in writers.items():
+        with open(os.path.join(model_dir, f".{name}.partial"), "wb") as f:
             write(f)
-        os.replace(partial, os.path.join(model_dir, name))  # never a half-written file under the final name
+    for name in writers:  # model.pt last: its presence means the export is complete
+        os.replace(os.path.join(model_dir, f".{name}.partial"), os.path.join(model_dir, name))
     print(f"model: {os.path.join(model_dir, 'model.pt')} from {best or 'the final weights'}", flush=True)
 
 
@@ -112,16 +126,34 @@ def build_cli(argv: list[str]) -> CLI:
     )
 
 
+def configuration_problem(e: Exception) -> str:
+    if "gpu" in str(e).lower() and not torch.cuda.is_available():
+        return "trainer.accelerator asks for a GPU but this instance has none; use a GPU instance type or trainer.accelerator=cpu"
+    return f"bad configuration: {e}"
+
+
+def check_writable(config) -> None:
+    """Fail at the start, not after hours of training, when an output directory cannot be written."""
+    for key, path in (("model_dir", config.model_dir), ("checkpoint.dirpath", config.checkpoint.dirpath),
+                      ("logger.save_dir", config.logger.save_dir)):  # fmt: skip
+        if not path or "://" in path:
+            continue
+        try:
+            os.makedirs(path, exist_ok=True)
+            tempfile.TemporaryFile(dir=path).close()
+        except OSError as e:
+            raise UserError(f"{key}={path} cannot be written ({e.strerror}); point it at a writable directory") from e
+
+
 def run(argv: list[str]) -> None:
     try:
         cli = build_cli(argv)
     except (ValueError, TypeError, MisconfigurationException) as e:  # raised by a class built from the config
-        raise UserError(f"bad configuration: {e}") from e
-    dirpath = cli.config.checkpoint.dirpath
+        raise UserError(configuration_problem(e)) from e
+    check_writable(cli.config)
+    dirpath = cli.config.checkpoint.dirpath  # on SageMaker /opt/ml/checkpoints, restored on a restarted job
     last = os.path.join(dirpath, "last.ckpt") if dirpath else None
     resume = last if last and os.path.isfile(last) else None
-    if resume:
-        print(f"resuming from {resume}", flush=True)
     cli.trainer.fit(cli.model, cli.datamodule, ckpt_path=resume)
     if cli.config.model_dir:
         export(cli.trainer, cli.model, cli.parser.dump(cli.config, skip_unset=False), cli.config.model_dir)
@@ -136,6 +168,18 @@ def main(argv: list[str] | None = None) -> int:
         return report(str(e))
     except ArgumentError as e:
         return report(f"bad hyperparameter: {argument_problem(str(e))}; python app/train.py --help lists them")
+    except SIGTERMException:
+        report("stopped by SIGTERM (StopTrainingJob or a spot interruption) after saving last.ckpt; "
+               "a job restarted with the same checkpoint location resumes from it")  # fmt: skip
+        return 128 + signal.SIGTERM
+    except torch.OutOfMemoryError as e:
+        return report(f"out of GPU memory ({str(e).splitlines()[0]}); lower data.batch_size, "
+                      "the batch of each process, or use an instance with more GPU memory")  # fmt: skip
+    except (torch.distributed.DistError, RuntimeError) as e:
+        if sagemaker_env.in_sagemaker(os.environ) and (line := sagemaker_env.peer_failure(os.environ, str(e), socket.gethostbyname)):
+            return report(line)
+        traceback.print_exc()
+        return report(f"{type(e).__name__}: {e}")
     except Exception as e:
         traceback.print_exc()
         return report(f"{type(e).__name__}: {e}")

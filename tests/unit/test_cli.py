@@ -84,7 +84,7 @@ def test_num_classes_is_linked_from_the_data_module(archive_dir):
         ({"trainer.max_epochz": 1}, "unrecognized arguments: --trainer.max_epochz 1"),
         ({"data.batch_size": "abc"}, "data.batch_size=abc is not valid (expected int)"),
         ({"optimizer": "NoSuchOptimizer"}, "optimizer=NoSuchOptimizer is not valid"),
-        ({"trainer.accelerator": "gpu"}, "bad configuration: No supported gpu backend found"),
+        ({"trainer.accelerator": "gpu"}, "trainer.accelerator asks for a GPU but this instance has none"),
         ({"model.arch": "resnet1000"}, "model.arch='resnet1000' is not a torchvision classification model"),
     ],
 )

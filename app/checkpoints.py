@@ -1,0 +1,93 @@
+"""Checkpoints a restarted job resumes from: last.ckpt every N steps, at each epoch end and on SIGTERM, written
+atomically, with the random-number states.
+
+SageMaker syncs /opt/ml/checkpoints to checkpoint_s3_uri and restores it on a restarted (spot) job; train.py
+resumes from last.ckpt there.
+
+    python app/train.py ... --checkpoint.dirpath ckpts --last_checkpoint_every_n_steps 50
+"""
+
+import os
+import random
+
+import numpy as np
+import pytorch_lightning as pl
+import torch
+from pytorch_lightning.plugins.io import TorchCheckpointIO
+from pytorch_lightning.utilities.exceptions import SIGTERMException
+
+from callbacks import say
+
+
+class AtomicCheckpointIO(TorchCheckpointIO):
+    """Each checkpoint goes to a temporary name first and is renamed when complete: a kill during a save never
+    leaves a broken file under the real name (remote paths are written as Lightning writes them)."""
+
+    def save_checkpoint(self, checkpoint, path, storage_options=None):
+        path = str(path)
+        if "://" in path:
+            return super().save_checkpoint(checkpoint, path, storage_options)
+        partial = os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.partial")
+        super().save_checkpoint(checkpoint, partial, storage_options)
+        os.replace(partial, path)
+
+
+def rng_states() -> dict:
+    states = {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}
+    if torch.cuda.is_available():
+        states["cuda"] = torch.cuda.get_rng_state_all()
+    return states
+
+
+def set_rng_states(states: dict) -> None:
+    torch.set_rng_state(states["torch"])
+    np.random.set_state(states["numpy"])
+    random.setstate(states["python"])
+    if "cuda" in states and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(states["cuda"])
+
+
+class LastCheckpoint(pl.Callback):
+    """last.ckpt, what a restarted job resumes from: every `every_n_steps` optimizer steps, at each epoch end, and
+    when SageMaker stops the job (SIGTERM on StopTrainingJob or spot interruption: Lightning stops every rank at
+    the same step boundary, where they save it together). With the random-number states, restored at the first
+    resumed step, a resumed run continues as the uninterrupted one would (exactly so when the data is augmented
+at batch time in the training process, as the device-resident data module does)."""
+
+    def __init__(self, every_n_steps: int):
+        self.every_n_steps = every_n_steps
+        self._saved_step = -1
+        self._rng_to_restore = None
+
+    def save(self, trainer: pl.Trainer) -> str:
+        path = os.path.join(trainer.checkpoint_callback.dirpath, "last.ckpt")
+        trainer.save_checkpoint(path)  # every rank calls it; rank 0 writes (atomically: AtomicCheckpointIO)
+        self._saved_step = trainer.global_step
+        return path
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        step = trainer.global_step
+        if self.every_n_steps and step % self.every_n_steps == 0 and step != self._saved_step:
+            self.save(trainer)
+
+    def on_train_epoch_end(self, trainer, pl_module):
+        if trainer.global_step != self._saved_step:
+            self.save(trainer)
+
+    def on_exception(self, trainer, pl_module, exception):
+        if isinstance(exception, SIGTERMException):
+            say(f"stopping at epoch {trainer.current_epoch} step {trainer.global_step}: saved {self.save(trainer)}")
+
+    def on_save_checkpoint(self, trainer, pl_module, checkpoint):
+        checkpoint["rng_states"] = rng_states()
+
+    def on_load_checkpoint(self, trainer, pl_module, checkpoint):
+        self._rng_to_restore = checkpoint.get("rng_states")
+        self._saved_step = checkpoint["global_step"]
+        if trainer.is_global_zero:
+            say(f"resuming at epoch {checkpoint['epoch']} step {checkpoint['global_step']} from last.ckpt")
+
+    def on_train_start(self, trainer, pl_module):
+        if self._rng_to_restore is not None:  # here, not at load: setting up the data since then drew random numbers
+            set_rng_states(self._rng_to_restore)
+            self._rng_to_restore = None

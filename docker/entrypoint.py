@@ -1,0 +1,107 @@
+#!/usr/bin/env python3
+"""The image's entrypoint, PID 1: runs the command (`train`), passes SIGTERM on to every process in the
+container and waits for them, so the training processes can checkpoint and exit inside SageMaker's grace period.
+
+SageMaker signals only PID 1 on StopTrainingJob and spot interruption (and kills the container 120 s later);
+the training toolkit does not pass the signal on (sagemaker-training-toolkit #125, #173). Before the command
+starts, inside a SageMaker job (resourceconfig.json present):
+  - processes see the SageMaker host name (algo-N) in gethostname(): MPI and NCCL name hosts by it; the
+    toolkit's own preload library provides it, as its mpirun commands use it;
+  - a network interface that the job names but the container lacks (SDK 3.x local mode writes "ethwe") is
+    replaced in resourceconfig.json by the default route's, before the toolkit passes it to mpirun and NCCL.
+
+    docker run --rm sagemaker-lightning train          # what SageMaker runs
+"""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+RESOURCE_CONFIG = "/opt/ml/input/config/resourceconfig.json"
+STOP_GRACE_S = 110  # after SIGTERM: SageMaker kills the container 120 s after signalling it
+LEFTOVER_GRACE_S = 10  # after the command ends: daemons it left (sshd for MPI) get this long to exit
+
+
+def default_interface(route_table: str) -> str | None:
+    """The interface of the default route, from /proc/net/route's text."""
+    for line in route_table.splitlines()[1:]:
+        fields = line.split()
+        if len(fields) > 1 and fields[1] == "00000000":
+            return fields[0]
+    return None
+
+
+def repaired(config: dict, interfaces: set[str], fallback: str | None) -> dict | None:
+    """resourceconfig with a network interface that exists here, or None when it needs no change."""
+    named = config.get("network_interface_name")
+    if named is None or named in interfaces or fallback is None:
+        return None
+    return {**config, "network_interface_name": fallback}
+
+
+def prepare_job(env: dict) -> None:
+    """Inside a SageMaker job: the interface repair and the host-name preload, for the command's processes."""
+    with open(RESOURCE_CONFIG) as f:
+        config = json.load(f)
+    with open("/proc/net/route") as f:
+        fallback = default_interface(f.read())
+    fixed = repaired(config, {name for _, name in socket.if_nameindex()}, fallback)
+    if fixed:
+        with open(RESOURCE_CONFIG, "w") as f:
+            json.dump(fixed, f)
+        print(f"entrypoint: the job names network interface {config['network_interface_name']!r}, "
+              f"which this container lacks; using {fallback!r}", flush=True)  # fmt: skip
+    try:
+        import gethostname  # sagemaker-training's preload library: gethostname() reads resourceconfig.json
+    except ImportError:
+        return
+    env["LD_PRELOAD"] = " ".join(filter(None, [env.get("LD_PRELOAD"), gethostname.__file__]))
+
+
+def main() -> int:
+    command = sys.argv[1:] or ["train"]
+    env = dict(os.environ)
+    if os.path.exists(RESOURCE_CONFIG):
+        prepare_job(env)
+    child = subprocess.Popen(command, env=env, start_new_session=os.getpid() != 1)
+    deadline = None
+
+    def everyone(signum: int) -> None:
+        if os.getpid() == 1:
+            os.kill(-1, signum)  # every process in the container but this one: the toolkit does not forward
+        else:
+            os.killpg(child.pid, signum)  # not PID 1 (run by hand): only what this started
+
+    def on_signal(signum, frame):
+        nonlocal deadline
+        deadline = time.monotonic() + STOP_GRACE_S
+        everyone(signum)
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    code = None
+    while True:  # reap every child, orphans included, until none is left or time is up
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            break
+        if pid == child.pid:
+            code = os.waitstatus_to_exitcode(status)
+            if deadline is None:
+                deadline = time.monotonic() + LEFTOVER_GRACE_S
+                everyone(signal.SIGTERM)
+        elif pid == 0:
+            if deadline is not None and time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+    if code is None:
+        return 128 + signal.SIGKILL  # the command outlived the grace period
+    return code if code >= 0 else 128 - code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
