@@ -250,7 +250,8 @@ def peer_failure(env: Mapping[str, str], message: str, resolve: Callable[[str], 
         return (f"could not reach the first host {hosts[0]} at {master} within dist_timeout: it did not start "
                 "training or failed first; see its failure reason")  # fmt: skip
     if lost := re.search(r"(?:Connection closed by peer|Connection reset by peer|Read error|Write error)\D*(\d+\.\d+\.\d+\.\d+)", message):
-        named = [h for h in hosts if _address(resolve, h) == lost[1]]
+        candidates = [h for i, h in enumerate(hosts) if i != node_rank] + [hosts[node_rank]]  # a local rank last
+        named = [h for h in candidates if _address(resolve, h) == lost[1]]
         return (f"lost the connection to host {named[0] if named else lost[1]} during training: a process there "
                 "stopped; its failure reason names the cause")  # fmt: skip
     if re.search(r"timed out|timeout", message, re.I) and re.search(r"gloo|nccl|collective|barrier|broadcast|allreduce", message, re.I):

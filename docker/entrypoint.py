@@ -8,7 +8,9 @@ starts, inside a SageMaker job (resourceconfig.json present):
   - processes see the SageMaker host name (algo-N) in gethostname(): MPI and NCCL name hosts by it; the
     toolkit's own preload library provides it, as its mpirun commands use it;
   - a network interface that the job names but the container lacks (SDK 3.x local mode writes "ethwe") is
-    replaced in resourceconfig.json by the default route's, before the toolkit passes it to mpirun and NCCL.
+    replaced in resourceconfig.json by the default route's, before the toolkit passes it to mpirun and NCCL;
+  - every host name must resolve within dist_timeout (the hyperparameter, else trainer.yaml's), or the job
+    fails naming the host: the toolkit alone would wait 15 minutes for a host whose container never started.
 
     docker run --rm sagemaker-lightning train          # what SageMaker runs
 """
@@ -21,7 +23,12 @@ import subprocess
 import sys
 import time
 
+import yaml
+
 RESOURCE_CONFIG = "/opt/ml/input/config/resourceconfig.json"
+HYPERPARAMETERS = "/opt/ml/input/config/hyperparameters.json"
+TRAINER_YAML = "/opt/ml/code/trainer.yaml"
+FAILURE = "/opt/ml/output/failure"
 STOP_GRACE_S = 110  # after SIGTERM: SageMaker kills the container 120 s after signalling it
 LEFTOVER_GRACE_S = 10  # after the command ends: daemons it left (sshd for MPI) get this long to exit
 
@@ -43,10 +50,39 @@ def repaired(config: dict, interfaces: set[str], fallback: str | None) -> dict |
     return {**config, "network_interface_name": fallback}
 
 
-def prepare_job(env: dict) -> None:
-    """Inside a SageMaker job: the interface repair and the host-name preload, for the command's processes."""
+def dist_timeout() -> int:
+    with open(HYPERPARAMETERS) as f:
+        given = json.load(f).get("dist_timeout")
+    if given is not None:
+        return int(json.loads(given) if isinstance(given, str) else given)
+    with open(TRAINER_YAML) as f:
+        return int(yaml.safe_load(f)["dist_timeout"])
+
+
+def unresolved(hosts: list[str], timeout_s: float) -> str | None:
+    """The first host name that does not resolve within the timeout, or None when all do."""
+    deadline = time.monotonic() + timeout_s
+    for host in hosts:
+        while True:
+            try:
+                socket.gethostbyname(host)
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    return host
+                time.sleep(1)
+    return None
+
+
+def prepare_job(env: dict) -> str | None:
+    """Inside a SageMaker job: the interface repair, the host wait and the host-name preload. Returns why the
+    job cannot run, or None."""
     with open(RESOURCE_CONFIG) as f:
         config = json.load(f)
+    timeout = dist_timeout()
+    if missing := unresolved(config["hosts"], timeout):
+        return (f"host {missing} did not come up within dist_timeout={timeout} s (its name does not resolve): "
+                "its container did not start; see its log")  # fmt: skip
     with open("/proc/net/route") as f:
         fallback = default_interface(f.read())
     fixed = repaired(config, {name for _, name in socket.if_nameindex()}, fallback)
@@ -58,15 +94,19 @@ def prepare_job(env: dict) -> None:
     try:
         import gethostname  # sagemaker-training's preload library: gethostname() reads resourceconfig.json
     except ImportError:
-        return
+        return None
     env["LD_PRELOAD"] = " ".join(filter(None, [env.get("LD_PRELOAD"), gethostname.__file__]))
+    return None
 
 
 def main() -> int:
     command = sys.argv[1:] or ["train"]
     env = dict(os.environ)
-    if os.path.exists(RESOURCE_CONFIG):
-        prepare_job(env)
+    if os.path.exists(RESOURCE_CONFIG) and (problem := prepare_job(env)):
+        print(f"ERROR: {problem}", file=sys.stderr, flush=True)
+        with open(FAILURE, "w") as f:
+            f.write(problem + "\n")
+        return 1
     child = subprocess.Popen(command, env=env, start_new_session=os.getpid() != 1)
     deadline = None
 

@@ -47,13 +47,21 @@ class Host:
         return open(path).read() if os.path.exists(path) else None
 
 
+@pytest.fixture(scope="session")
+def corrupt_dir(tmp_path_factory) -> str:
+    """A channel whose cifar-10-python.tar.gz is not a gzip file."""
+    out = tmp_path_factory.mktemp("corrupt")
+    (out / "cifar-10-python.tar.gz").write_bytes(b"<html>an error page saved under the archive's name</html>")
+    return str(out)
+
+
 def make_opt_ml(base, hosts, current, hyperparameters, channels, interface="lo") -> None:
     """What SageMaker writes before it starts a container: config files, channels, and the code."""
     config = os.path.join(base, "input", "config")
     os.makedirs(config)
     for name, content in {
         "resourceconfig.json": {"current_host": current, "hosts": hosts, "network_interface_name": interface},
-        "hyperparameters.json": {k: str(v) for k, v in hyperparameters.items()},
+        "hyperparameters.json": {k: v if isinstance(v, str) else json.dumps(v) for k, v in hyperparameters.items()},
         "inputdataconfig.json": {c: {"TrainingInputMode": "File"} for c in channels},
     }.items():
         with open(os.path.join(config, name), "w") as f:

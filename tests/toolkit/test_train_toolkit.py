@@ -3,13 +3,15 @@
 import glob
 import os
 import re
-import sys
 
 import pytest
 
 from model import ImageClassifier
 
 pytestmark = pytest.mark.toolkit
+
+STANDIN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "smddp_standin")
+PLUGINS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "plugins")
 
 
 def ranks(output: str) -> dict[int, str]:
@@ -42,31 +44,75 @@ def test_two_hosts_train_as_one_job(run_hosts, archive_dir, tiny):
     assert os.listdir(second.path("model")) == []  # only global rank 0 writes the model
 
 
-@pytest.mark.parametrize(
-    "case, hosts, current, hyperparameters, channels, message",
-    [
-        # the toolkit itself rejects a host list that is not a list; these it passes on as SM_HOSTS
-        ("a host named twice", ["localhost", "localhost"], "localhost", {}, "archive", "names a host twice"),
-        ("an empty host name", ["localhost", ""], "localhost", {}, "archive", "is not a JSON list of host names"),
-        ("current host not in the list", ["localhost"], "algo-9", {}, "archive", "SM_CURRENT_HOST='algo-9' is not in SM_HOSTS"),
-        ("no training channel", ["localhost"], "localhost", {}, "other", "the job has no input channel 'training' (it has other)"),
-        ("empty training channel", ["localhost"], "localhost", {}, "empty", "no CIFAR-10 data in /"),
-        ("unknown hyperparameter", ["localhost"], "localhost", {"trainer.max_epochz": 1}, "archive", "unrecognized arguments: --trainer.max_epochz 1"),
-        ("ill-typed hyperparameter", ["localhost"], "localhost", {"data.batch_size": "abc"}, "archive", "data.batch_size=abc is not valid (expected int)"),
-    ],
-)
-def test_bad_input_fails_fast_in_one_line(run_hosts, archive_dir, tiny, case, hosts, current, hyperparameters, channels, message):
-    channels = {"archive": {"training": archive_dir}, "other": {"other": archive_dir}, "empty": {"training": None}}[channels]
+CASES = {  # case: (hosts, current host, hyperparameters, channels, environment, expected failure line)
+    # the toolkit itself rejects a host list that is not a list; these it passes on as SM_HOSTS
+    "a host named twice": (["localhost", "localhost"], "localhost", {}, "archive", {}, "names a host twice"),
+    "an empty host name": (["localhost", ""], "localhost", {}, "archive", {}, "is not a JSON list of host names"),
+    "current host not in the list": (["localhost"], "algo-9", {}, "archive", {}, "SM_CURRENT_HOST='algo-9' is not in SM_HOSTS"),
+    "unresolvable first host": (["no-such-host.invalid", "localhost"], "localhost", {}, "archive", {},
+                                "cannot resolve the first host 'no-such-host.invalid'"),
+    "no training channel": (["localhost"], "localhost", {}, "other", {}, "the job has no input channel 'training' (it has other)"),
+    "empty training channel": (["localhost"], "localhost", {}, "empty", {}, "no CIFAR-10 data in /"),
+    "corrupt training channel": (["localhost"], "localhost", {}, "corrupt", {}, "cifar-10-python.tar.gz is not a readable tar.gz"),
+    "unknown hyperparameter": (["localhost"], "localhost", {"trainer.max_epochz": 1}, "archive", {},
+                               "unrecognized arguments: --trainer.max_epochz 1"),
+    "wrong type": (["localhost"], "localhost", {"data.batch_size": "abc"}, "archive", {},
+                   "data.batch_size=abc is not valid (expected int)"),
+    "a list where a number goes": (["localhost"], "localhost", {"data.batch_size": [32, 64]}, "archive", {},
+                                   "data.batch_size=[32, 64] is not valid (expected int)"),
+    "a dict where a number goes": (["localhost"], "localhost", {"data.batch_size": {"per_gpu": 32}}, "archive", {},
+                                   "data.batch_size={'per_gpu': 32} is not valid (expected int)"),
+    "unknown model": (["localhost"], "localhost", {"model.arch": "resnet1000"}, "archive", {},
+                      "model.arch='resnet1000' is not a torchvision classification model"),
+    "accelerator=gpu without a GPU": (["localhost"], "localhost", {"trainer.accelerator": "gpu"}, "archive", {},
+                                      "trainer.accelerator asks for a GPU but this instance has none"),
+    "world size mismatch": (["localhost"], "localhost", {"trainer.num_nodes": 3}, "archive", {},
+                            "trainer.num_nodes=3 but the job has 1 hosts"),
+    "unwritable model directory": (["localhost"], "localhost", {"model_dir": "/proc/sagemaker-lightning"}, "archive", {},
+                                   "model_dir=/proc/sagemaker-lightning cannot be written"),
+    "labels beyond num_classes": (["localhost"], "localhost", {"data.num_classes": 5}, "archive", {},
+                                  "must lie in 0..4"),
+    "unknown launcher": (["localhost"], "localhost", {}, "archive", {"LAUNCHER": "deepspeed"},
+                         "LAUNCHER='deepspeed' is not one of lightning, torchrun"),
+    "validation split too large": (["localhost"], "localhost", {"data.val_split": 1000}, "archive", {},
+                                   "data.val_split=1000 leaves no training images"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_bad_input_fails_fast_in_one_line(run_hosts, archive_dir, corrupt_dir, tiny, case):
+    hosts, current, hyperparameters, channels, env, message = CASES[case]
+    channels = {"archive": {"training": archive_dir}, "other": {"other": archive_dir}, "empty": {"training": None},
+                "corrupt": {"training": corrupt_dir}}[channels]  # fmt: skip
     # SM_STUDIO_LOCAL_MODE skips the toolkit's wait for every host name to resolve (up to 15 minutes)
-    (host,) = run_hosts(hosts, {**tiny, **hyperparameters}, channels, current_hosts=[current], env={"SM_STUDIO_LOCAL_MODE": "true"})
+    env = {"SM_STUDIO_LOCAL_MODE": "true", **env}
+    (host,) = run_hosts(hosts, {**tiny, **hyperparameters}, channels, current_hosts=[current], env=env)
     assert host.returncode != 0
     assert host.seconds < 60, f"{case}: took {host.seconds:.0f} s"
     assert host.failure is not None and host.failure.count("\n") == 1 and message in host.failure, host.failure
     assert f"ERROR: {host.failure.strip()}" in host.output  # the same line on stderr
+    assert "Traceback" not in host.output
     assert os.listdir(host.path("model")) == []
 
 
-STANDIN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "smddp_standin")
+def test_a_host_that_never_joins_fails_the_job_in_time(run_hosts, archive_dir, tiny):
+    """Host 127.0.0.1 never starts training: the first host gives up after dist_timeout, naming it."""
+    (first,) = run_hosts(["localhost", "127.0.0.1"], {**tiny, "dist_timeout": 15}, {"training": archive_dir},
+                         current_hosts=["localhost"])  # fmt: skip
+    assert first.returncode != 0 and first.seconds < 60, first.output[-3000:]
+    assert re.search(r"only 1 of 2 processes joined within 1[56] s: the other hosts \(127\.0\.0\.1\) did not start", first.failure)
+    assert os.listdir(first.path("model")) == []
+
+
+def test_a_rank_that_dies_fails_the_others_in_time(run_hosts, archive_dir, tiny):
+    """Rank 1 is SIGKILLed at step 2 (as the OOM killer does): both hosts fail, each naming its cause."""
+    hps = {**tiny, "trainer.limit_train_batches": 5, "dist_timeout": 30, "trainer.callbacks+": "faults.KillRank"}
+    first, second = run_hosts(["localhost", "127.0.0.1"], hps, {"training": archive_dir}, env={"PYTHONPATH": PLUGINS})
+    assert first.returncode != 0 and second.returncode != 0
+    assert max(first.seconds, second.seconds) < 90
+    assert "killed with SIGKILL, most often by the kernel's out-of-memory killer" in second.failure
+    assert "127.0.0.1" in first.failure, first.failure  # the host to look at
+    assert os.listdir(first.path("model")) == [] and os.listdir(second.path("model")) == []
 SMDDP = {"sagemaker_distributed_dataparallel_enabled": "true", "trainer.devices": "2", "trainer.accelerator": "cpu"}
 
 
@@ -82,7 +128,7 @@ def test_smddp_job_never_averages_through_the_backend(run_hosts, archive_dir, ti
 def test_the_smddp_standin_catches_averaging(run_hosts, archive_dir, tiny):
     """The control: a callback that logs with sync_dist=True (a mean, ReduceOp.AVG) makes the same job fail."""
     hps = {**tiny, **SMDDP, "trainer.callbacks+": "averaging.LogMeanLoss"}
-    (host,) = run_hosts(["localhost"], hps, {"training": archive_dir}, env={"PYTHONPATH": STANDIN})
+    (host,) = run_hosts(["localhost"], hps, {"training": archive_dir}, env={"PYTHONPATH": f"{STANDIN}:{PLUGINS}"})
     assert host.returncode != 0 and "ReduceOp.AVG is not supported" in host.output
 
 

@@ -31,9 +31,10 @@ SEED_TUTORIAL = {
 def as_sagemaker(tmp_path, monkeypatch):
     """hyperparameters dict → the argv the toolkit gives the program."""
 
-    def convert(hyperparameters: dict) -> list[str]:
+    def convert(hyperparameters: dict, encode=to_string) -> list[str]:
+        """encode: SDK 2.x's Estimator uses to_string (str()), SDK 3.x and the framework estimators JSON."""
         path = tmp_path / "hyperparameters.json"
-        path.write_text(json.dumps({k: to_string(v) for k, v in hyperparameters.items()}))  # what the SDK sends
+        path.write_text(json.dumps({k: encode(v) for k, v in hyperparameters.items()}))  # what the SDK sends
         monkeypatch.setattr(environment, "hyperparameters_file_dir", str(path))
         return mapping.to_cmd_args(environment.read_hyperparameters())
 
@@ -71,6 +72,15 @@ def test_booleans_and_none_as_sagemaker_delivers_them(as_sagemaker, archive_dir)
     assert config.trainer.enable_progress_bar is False
     assert config.model.cifar_stem is False and config.data.init_args.download is True
     assert config.trainer.max_time is None and config.checkpoint.monitor is None
+
+
+@pytest.mark.parametrize("encode", [to_string, json.dumps], ids=["str", "json"])
+def test_dicts_and_lists_as_either_sdk_sends_them(as_sagemaker, archive_dir, encode):
+    """JSON dicts leave the toolkit as k=v,k2=v2 and str() ones as Python's repr: both reach the parser as mappings."""
+    argv = as_sagemaker({"data.data_dir": archive_dir, "optimizer": "Adam", "optimizer.init_args": {"lr": 0.2, "eps": 0.01},
+                         "optimizer.betas": [0.8, 0.9]}, encode=encode)  # fmt: skip
+    init_args = build(argv).config.optimizer.init_args
+    assert (init_args.lr, init_args.eps, tuple(init_args.betas)) == (0.2, 0.01, (0.8, 0.9))
 
 
 def test_num_classes_is_linked_from_the_data_module(archive_dir):

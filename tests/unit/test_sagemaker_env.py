@@ -247,3 +247,23 @@ def test_world_size_check():
 def test_sagemaker_values_turn_none_into_null():
     argv = ["--a", "None", "--b", "", "--c", "True", "--d", "False", "--e", "x"]
     assert sm.sagemaker_values(argv) == ["--a", "null", "--b", "null", "--c", "True", "--d", "False", "--e", "x"]
+
+
+@pytest.mark.parametrize(
+    "message, expected",
+    [
+        ("Timed out after 16 seconds waiting for clients. 1/2 clients joined.",
+         "only 1 of 2 processes joined within 16 s: the other hosts (algo-1) did not start training or cannot reach 10.0.0.1:29500"),
+        ("The client socket has timed out after 600000ms while trying to connect to (10.0.0.1, 29500). connect() timed out.",
+         "could not reach the first host algo-1 at 10.0.0.1:29500 within dist_timeout"),
+        ("[../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer [10.0.0.1]:40339",
+         "lost the connection to host algo-1 during training"),
+        ("[gloo/transport/tcp/unbound_buffer.cc:81] Timed out waiting 30000ms for recv operation to complete",
+         "a collective operation did not finish within dist_timeout: a process on another host (algo-1) stopped or hangs"),
+        ("CUDA error: an illegal memory access was encountered", None),
+    ],
+)  # fmt: skip
+def test_peer_failures_name_the_host(message, expected):
+    env = {**HOSTS, "MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "29500"}
+    line = sm.peer_failure(env, message, ADDRESSES.__getitem__)
+    assert line == expected if expected is None else expected in line

@@ -1,0 +1,17 @@
+"""Faults for the tests, added to a job as `trainer.callbacks+=faults.KillRank` (this folder on PYTHONPATH)."""
+
+import os
+import signal
+
+import pytorch_lightning as pl
+
+
+class KillRank(pl.Callback):
+    """SIGKILL one rank at one step: what the kernel's out-of-memory killer does to a process."""
+
+    def __init__(self, rank: int = 1, step: int = 2):
+        self.rank, self.step = rank, step
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        if trainer.global_rank == self.rank and trainer.global_step == self.step:
+            os.kill(os.getpid(), signal.SIGKILL)
