@@ -43,7 +43,7 @@ class RankReport(pl.Callback):
             say(f"epoch {trainer.current_epoch} step {trainer.global_step}: {metrics}")
 
     def on_fit_end(self, trainer, pl_module):
-        self._say(trainer, f"weights {weights_digest(pl_module)}")
+        self._say(trainer, f"weights {weights_digest(pl_module)} at step {trainer.global_step}")
 
 
 class LinearLRScaling(pl.Callback):

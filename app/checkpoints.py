@@ -63,6 +63,8 @@ at batch time in the training process, as the device-resident data module does).
         path = os.path.join(trainer.checkpoint_callback.dirpath, "last.ckpt")
         trainer.save_checkpoint(path)  # every rank calls it; rank 0 writes (atomically: AtomicCheckpointIO)
         self._saved_step = trainer.global_step
+        if trainer.is_global_zero:
+            say(f"saved last.ckpt at epoch {trainer.current_epoch} step {trainer.global_step}")
         return path
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
@@ -76,7 +78,7 @@ at batch time in the training process, as the device-resident data module does).
 
     def on_exception(self, trainer, pl_module, exception):
         if isinstance(exception, SIGTERMException):
-            say(f"stopping at epoch {trainer.current_epoch} step {trainer.global_step}: saved {self.save(trainer)}")
+            self.save(trainer)
 
     def on_save_checkpoint(self, trainer, pl_module, checkpoint):
         checkpoint["rng_states"] = rng_states()

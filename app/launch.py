@@ -1,7 +1,8 @@
 """SAGEMAKER_PROGRAM: sets torch.distributed's variables for the launcher that started it, then runs train.py.
 
 The training toolkit starts this once per host (no distribution), or once per device under torchrun or mpirun
-(see sagemaker_env.launcher). It stays the parent of the training processes and returns their exit code.
+(see sagemaker_env.launcher). It stays the parent of the training process, passes SIGTERM on to it, and
+returns its exit code.
 
     SM_HOSTS='["localhost"]' SM_CURRENT_HOST=localhost python app/launch.py --trainer.max_epochs 1 --data.data_dir data/synthetic
 """
@@ -31,7 +32,11 @@ def main() -> int:
         mode = "torchrun (c10d)" if command[1:3] == ["-m", "torch.distributed.run"] else sagemaker_env.launcher(os.environ)
         print(f"launch: {mode} on {env['SM_HOSTS']}, this is {env['SM_CURRENT_HOST']}, "
               f"world size {env.get('WORLD_SIZE')}, master {env.get('MASTER_ADDR')}:{env.get('MASTER_PORT')}", flush=True)  # fmt: skip
-    code = subprocess.call(command, env=env)
+    child = subprocess.Popen(command, env=env)
+    # SIGTERM (from the image's entrypoint) goes to the trainer this started, which checkpoints and stops
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda received, frame: child.send_signal(received))
+    code = child.wait()
     if code == -signal.SIGKILL:
         return report("a training process was killed with SIGKILL, most often by the kernel's out-of-memory killer; "
                       "lower data.batch_size or data.num_workers, or use an instance with more memory")  # fmt: skip

@@ -1,9 +1,12 @@
 #!/usr/bin/env python3
-"""The image's entrypoint, PID 1: runs the command (`train`), passes SIGTERM on to every process in the
-container and waits for them, so the training processes can checkpoint and exit inside SageMaker's grace period.
+"""The image's entrypoint, PID 1: runs the command (`train`), passes SIGTERM on to the training processes and
+waits for every process, so the training can checkpoint and exit inside SageMaker's grace period.
 
 SageMaker signals only PID 1 on StopTrainingJob and spot interruption (and kills the container 120 s later);
-the training toolkit does not pass the signal on (sagemaker-training-toolkit #125, #173). Before the command
+the training toolkit does not pass the signal on (sagemaker-training-toolkit #125, #173). The signal goes to each
+wrapper ($SAGEMAKER_PROGRAM, app/launch.py), which passes it to the trainer it started; without a wrapper (a
+plain `docker run ... python train.py`) to the command itself. Never to everyone: DataLoader workers die of it,
+and their trainer with them, before it can checkpoint. Before the command
 starts, inside a SageMaker job (resourceconfig.json present):
   - processes see the SageMaker host name (algo-N) in gethostname(): MPI and NCCL name hosts by it; the
     toolkit's own preload library provides it, as its mpirun commands use it;
@@ -99,6 +102,20 @@ def prepare_job(env: dict) -> str | None:
     return None
 
 
+def wrappers(program: str) -> list[int]:
+    """The processes running the SageMaker program (launch.py): one per host, or one per device under a launcher."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                argv = f.read().decode(errors="replace").split("\0")
+        except OSError:
+            continue  # gone meanwhile
+        if any(os.path.basename(arg) == program for arg in argv[1:]):
+            found.append(int(pid))
+    return found
+
+
 def main() -> int:
     command = sys.argv[1:] or ["train"]
     env = dict(os.environ)
@@ -108,18 +125,22 @@ def main() -> int:
             f.write(problem + "\n")
         return 1
     child = subprocess.Popen(command, env=env, start_new_session=os.getpid() != 1)
-    deadline = None
+    deadline, stopped_by = None, None
 
-    def everyone(signum: int) -> None:
-        if os.getpid() == 1:
-            os.kill(-1, signum)  # every process in the container but this one: the toolkit does not forward
-        else:
-            os.killpg(child.pid, signum)  # not PID 1 (run by hand): only what this started
+    def leftovers() -> None:  # after the command: daemons it started (sshd for MPI)
+        try:
+            os.kill(-1, signal.SIGTERM) if os.getpid() == 1 else os.killpg(child.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
 
     def on_signal(signum, frame):
-        nonlocal deadline
-        deadline = time.monotonic() + STOP_GRACE_S
-        everyone(signum)
+        nonlocal deadline, stopped_by
+        deadline, stopped_by = time.monotonic() + STOP_GRACE_S, signum
+        for pid in wrappers(os.path.basename(env.get("SAGEMAKER_PROGRAM", "launch.py"))) or [child.pid]:
+            try:
+                os.kill(pid, signum)
+            except ProcessLookupError:
+                pass
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
@@ -133,11 +154,13 @@ def main() -> int:
             code = os.waitstatus_to_exitcode(status)
             if deadline is None:
                 deadline = time.monotonic() + LEFTOVER_GRACE_S
-                everyone(signal.SIGTERM)
+                leftovers()
         elif pid == 0:
             if deadline is not None and time.monotonic() > deadline:
                 break
             time.sleep(0.1)
+    if stopped_by:
+        return 128 + stopped_by  # stopped: whatever the command made of it
     if code is None:
         return 128 + signal.SIGKILL  # the command outlived the grace period
     return code if code >= 0 else 128 - code

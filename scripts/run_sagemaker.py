@@ -20,6 +20,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
 os.environ.setdefault("SAGEMAKER_USER_CONFIG_OVERRIDE", os.path.join(HERE, "sagemaker_config.yaml"))
 LOCAL_ROLE = "arn:aws:iam::111111111111:role/service-role/LocalModeRole"
+CHECKPOINTS = "/opt/ml/checkpoints"  # SageMaker syncs it with checkpoint_s3_uri; app/sagemaker_env.py trains into it
+LOCAL_CHECKPOINTS = "/opt/ml/input/data/checkpoints"  # local mode has no checkpoint sync: a mounted channel instead
 # SageMaker's framework hyperparameters per distribution, as SDK 2.x's PyTorch estimator sets them; the toolkit
 # in the image reads them and picks its runner (tests/unit/test_run_sagemaker.py compares with the SDK's own)
 # (sagemaker_instance_type: None is filled in with the job's instance type)
@@ -69,10 +71,25 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--sdk", choices=["v2", "v3"], default=None, help="SageMaker SDK API (default: the installed major version)")
     p.add_argument("--distribution", choices=list(DISTRIBUTIONS), default="none", help="how SageMaker starts the processes")
     p.add_argument("--processes-per-host", type=int, default=None, help="for the distributions (default: one per GPU, or 1)")
+    p.add_argument("--checkpoints", default=None,
+                   help="where last.ckpt lives across restarts: s3://... (checkpoint_s3_uri), or a directory in local mode")  # fmt: skip
     p.add_argument("--launcher", choices=["lightning", "torchrun"], default="lightning",
                    help="without a distribution: Lightning starts the per-device processes, or torchrun (c10d) does")  # fmt: skip
     p.add_argument("hyperparameters", nargs="*", metavar="key=value", help="trainer arguments, e.g. trainer.max_epochs=5")
     return p.parse_args(argv)
+
+
+def checkpoint_s3_uri(checkpoints: str | None) -> str | None:
+    """Always with a trailing slash: without one, SageMaker's sync also matches sibling prefixes (run-1, run-10)."""
+    return checkpoints.rstrip("/") + "/" if checkpoints else None
+
+
+def channels(args) -> dict[str, str]:
+    inputs = {args.channel: uri(args.input)}
+    if args.checkpoints and args.instance_type.startswith("local"):
+        inputs["checkpoints"] = uri(args.checkpoints)
+        os.makedirs(inputs["checkpoints"][len("file://"):], exist_ok=True)
+    return inputs
 
 
 def run_v2(args, job_name: str, output: str, hps: dict, env: dict) -> str:
@@ -87,17 +104,18 @@ def run_v2(args, job_name: str, output: str, hps: dict, env: dict) -> str:
     session = LocalSession() if local else Session()
     if local:
         session.config = {"local": {"local_code": True}}
+    cloud_checkpoints = {} if local else {"checkpoint_s3_uri": checkpoint_s3_uri(args.checkpoints), "checkpoint_local_path": CHECKPOINTS}
     estimator = Estimator(image_uri=args.image, role=args.role or LOCAL_ROLE, instance_count=args.instance_count,
                           instance_type=args.instance_type, output_path=output, hyperparameters=hps,
-                          environment=env, sagemaker_session=session)  # fmt: skip
-    estimator.fit({args.channel: uri(args.input)}, job_name=job_name)
+                          environment=env, sagemaker_session=session, **cloud_checkpoints)  # fmt: skip
+    estimator.fit(channels(args), job_name=job_name)
     return estimator.model_data
 
 
 def run_v3(args, job_name: str, output: str, hps: dict, env: dict) -> str:
     """SDK 3.x: ModelTrainer(training_image=...), Mode.LOCAL_CONTAINER for local instance types."""
     from sagemaker.train import ModelTrainer
-    from sagemaker.train.configs import Compute, InputData, OutputDataConfig
+    from sagemaker.train.configs import CheckpointConfig, Compute, InputData, OutputDataConfig
     from sagemaker.train.model_trainer import Mode
 
     local = args.instance_type.startswith("local")
@@ -109,13 +127,16 @@ def run_v3(args, job_name: str, output: str, hps: dict, env: dict) -> str:
         os.makedirs(root, exist_ok=True)
     else:
         kwargs["output_data_config"] = OutputDataConfig(s3_output_path=output)
+        if args.checkpoints:
+            kwargs["checkpoint_config"] = CheckpointConfig(s3_uri=checkpoint_s3_uri(args.checkpoints), local_path=CHECKPOINTS)
     trainer = ModelTrainer(training_image=args.image, role=args.role or LOCAL_ROLE, base_job_name=job_name,
                            training_mode=Mode.LOCAL_CONTAINER if local else Mode.SAGEMAKER_TRAINING_JOB,
                            compute=Compute(instance_type="local_cpu" if args.instance_type == "local" else args.instance_type,
                                            instance_count=args.instance_count),
                            hyperparameters=hps, environment=env, **kwargs)  # fmt: skip
-    data = args.input if args.input.startswith("s3://") else uri(args.input)[len("file://"):]
-    trainer.train(input_data_config=[InputData(channel_name=args.channel, data_source=data)])
+    inputs = [InputData(channel_name=name, data_source=source if source.startswith("s3://") else source[len("file://"):])
+              for name, source in channels(args).items()]  # fmt: skip
+    trainer.train(input_data_config=inputs)
     if local:
         return f"file://{root}/compressed_artifacts/model.tar.gz"  # where SDK 3.x local mode packs it
     return trainer._latest_training_job.model_artifacts.s3_model_artifacts
@@ -132,6 +153,10 @@ def main(argv: list[str] | None = None) -> int:
                          f"run {venv}/bin/python {sys.argv[0]} (make install makes it)")  # fmt: skip
     if not args.instance_type.startswith("local") and not args.role:
         raise SystemExit("error: a cloud job needs --role, the ARN of a SageMaker execution role")
+    if args.checkpoints and args.instance_type.startswith("local"):
+        if args.checkpoints.startswith("s3://"):
+            raise SystemExit("error: local mode keeps --checkpoints in a local directory, not s3://")
+        hps.setdefault("checkpoint.dirpath", LOCAL_CHECKPOINTS)
     hps.update(framework_hyperparameters(args.distribution, args.instance_type, args.processes_per_host))
     env = {"DATA_CHANNEL": args.channel, **({"LAUNCHER": "torchrun"} if args.launcher == "torchrun" else {})}
     job_name = f"{args.job_name}-{time.strftime('%Y%m%d-%H%M%S')}"

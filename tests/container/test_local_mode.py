@@ -34,8 +34,12 @@ def loads(tar_path, tmp_path) -> None:
 
 
 def test_one_instance(local_job, archive_dir, tmp_path):
-    code, output, runs = local_job(1, archive_dir, *TINY)
+    """Also: AWS credentials (local mode copies them into the containers) appear nowhere in the job's logs."""
+    secret = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYsagemakerLIGHTNING"
+    credentials = {"AWS_ACCESS_KEY_ID": "AKIASAGEMAKERLIGHTNG", "AWS_SECRET_ACCESS_KEY": secret}  # long-lived: copied in
+    code, output, runs = local_job(1, archive_dir, *TINY, env=credentials)
     assert code == 0, output[-5000:]
+    assert not any(value in output for value in credentials.values())
     assert [world for _, world, _ in ranks(output).values()] == [1]
     tar_path = model_tar(output)
     assert tar_path.startswith(str(runs)) and "/lightning-" in tar_path  # the job's own folder under --output

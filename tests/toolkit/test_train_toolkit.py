@@ -16,7 +16,7 @@ PLUGINS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "plugins")
 
 def ranks(output: str) -> dict[int, str]:
     """{global rank: final weights digest} from the trainer's `rank R/W host H: weights D` lines."""
-    return {int(r): d for r, d in re.findall(r"^rank (\d+)/\d+ host \S+: weights (\w+)$", output, re.M)}
+    return {int(r): d for r, d in re.findall(r"^rank (\d+)/\d+ host \S+: weights (\w+) at step \d+$", output, re.M)}
 
 
 def test_one_host_trains_and_exports(run_hosts, archive_dir, tiny):

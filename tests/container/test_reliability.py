@@ -1,0 +1,173 @@
+"""Interruptions and isolation, in the real image: SIGKILL and resume, SIGTERM and its checkpoint, a host that
+never comes up, no network, and no credentials in the image or its logs."""
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+pytestmark = pytest.mark.container
+
+# 2 epochs of 6 steps, last.ckpt every 2 steps: kills land mid-epoch
+RESUMABLE = ["trainer.max_epochs=2", "trainer.limit_train_batches=6", "trainer.limit_val_batches=1",
+             "trainer.accelerator=cpu", "trainer.enable_progress_bar=False", "data.batch_size=16",
+             "last_checkpoint_every_n_steps=2"]  # fmt: skip
+
+
+def clean(line: str) -> str:
+    return re.sub(r"\x1b\[[0-9;]*m", "", line).replace("\r", "")
+
+
+def containers(image: str) -> list[str]:
+    return subprocess.run(["docker", "ps", "-q", "--filter", f"ancestor={image}"], capture_output=True, text=True).stdout.split()
+
+
+def start_job(image, data_dir, output, *words) -> subprocess.Popen:
+    cmd = [sys.executable, os.path.join(ROOT, "scripts", "run_sagemaker.py"), "--image", image,
+           "--instance-type", "local", "--input", data_dir, "--output", str(output), *words]  # fmt: skip
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def read_until(proc: subprocess.Popen, pattern: str, timeout: float = 300) -> list[str]:
+    """Lines of the job's output up to and including the first that matches."""
+    lines, deadline = [], time.monotonic() + timeout
+    for line in proc.stdout:
+        lines.append(clean(line))
+        if re.search(pattern, lines[-1]):
+            return lines
+        assert time.monotonic() < deadline, f"no {pattern!r} within {timeout} s:\n" + "".join(lines[-50:])
+    raise AssertionError(f"the job ended without {pattern!r}:\n" + "".join(lines[-50:]))
+
+
+def finish(proc: subprocess.Popen, lines: list[str]) -> str:
+    lines += [clean(line) for line in proc.stdout]
+    proc.wait(timeout=300)
+    return "".join(lines)
+
+
+def final(output: str) -> tuple[str, int]:
+    (digest, step), *_ = re.findall(r"rank 0/\d+ host \S+: weights (\w+) at step (\d+)", output)
+    return digest, int(step)
+
+
+def test_a_killed_job_resumes_where_its_last_checkpoint_left_it(image, archive_dir, tmp_path):
+    """SIGKILL every container mid-epoch (as a lost spot instance), start the job again with the same checkpoint
+    directory: it resumes at the last checkpoint and ends where an uninterrupted run ends, with the same weights."""
+    uninterrupted = start_job(image, archive_dir, tmp_path / "a", *RESUMABLE)
+    expected = final(finish(uninterrupted, []))
+    assert expected[1] == 12
+
+    ckpts = tmp_path / "ckpts"
+    first = start_job(image, archive_dir, tmp_path / "b", "--checkpoints", str(ckpts), *RESUMABLE)
+    lines = read_until(first, r"saved last\.ckpt at epoch 0 step 4")
+    subprocess.run(["docker", "kill", *containers(image)], check=True, capture_output=True)
+    finish(first, lines)
+    assert first.returncode != 0
+    saved = sorted(p for p in os.listdir(ckpts) if p.endswith(".ckpt"))
+    assert "last.ckpt" in saved and not [p for p in os.listdir(ckpts) if p.endswith(".partial") and not p.startswith(".")]
+    steps = {p: torch.load(ckpts / p, map_location="cpu", weights_only=False)["global_step"] for p in saved}  # all readable
+    assert 4 <= steps["last.ckpt"] < 12
+
+    again = start_job(image, archive_dir, tmp_path / "c", "--checkpoints", str(ckpts), *RESUMABLE)
+    output = finish(again, [])
+    assert again.returncode == 0, output[-5000:]
+    assert f"resuming at epoch 0 step {steps['last.ckpt']} from last.ckpt" in output
+    assert final(output) == expected  # same final step, same weights: model, optimizer, data order and RNG resumed
+
+
+def test_sigterm_saves_a_checkpoint_at_the_step_reached(image, archive_dir, tmp_path):
+    """docker stop (SIGTERM to PID 1, as StopTrainingJob and spot interruptions do): last.ckpt at the step the
+    training processes reached, written before the container exits, well inside SageMaker's 120 s."""
+    ckpts = tmp_path / "ckpts"
+    words = [w for w in RESUMABLE if not w.startswith(("last_checkpoint", "trainer.limit_train"))]
+    job = start_job(image, archive_dir, tmp_path / "out", "--checkpoints", str(ckpts), *words,
+                    "trainer.limit_train_batches=100", "last_checkpoint_every_n_steps=3")  # fmt: skip
+    lines = read_until(job, r"saved last\.ckpt at epoch 0 step 3")
+    (container,) = containers(image)
+    started = time.monotonic()
+    subprocess.run(["docker", "stop", "--time", "120", container], check=True, capture_output=True)
+    stop_seconds = time.monotonic() - started
+    output = finish(job, lines)
+    assert "stopped by SIGTERM (StopTrainingJob or a spot interruption) after saving last.ckpt" in output, output[-5000:]
+    stopped_at = int(re.findall(r"saved last\.ckpt at epoch 0 step (\d+)", output)[-1])  # the save SIGTERM made
+    assert stopped_at > 3
+    assert torch.load(ckpts / "last.ckpt", map_location="cpu", weights_only=False)["global_step"] == stopped_at
+    assert stop_seconds < 60
+    exit_code = subprocess.run(["docker", "inspect", "-f", "{{.State.ExitCode}}", container], capture_output=True, text=True)
+    assert exit_code.stdout.strip() == "143"  # 128 + SIGTERM: stopped, not failed silently
+
+
+def opt_ml(tmp_path, hosts, current, hyperparameters) -> dict:
+    """A hand-made /opt/ml for `docker run`: config, an empty model directory and output directory."""
+    config, model, output = (tmp_path / d for d in ("config", "model", "output"))
+    for d in (config, model, output):
+        d.mkdir()
+    (config / "resourceconfig.json").write_text(json.dumps({"current_host": current, "hosts": hosts, "network_interface_name": "eth0"}))
+    (config / "hyperparameters.json").write_text(json.dumps(hyperparameters))
+    (config / "inputdataconfig.json").write_text("{}")
+    return {"/opt/ml/input/config": config, "/opt/ml/model": model, "/opt/ml/output": output}
+
+
+def docker_run(image, mounts: dict, *args, network="bridge", alias=None) -> tuple[subprocess.CompletedProcess, float]:
+    cmd = ["docker", "run", "--rm", "--network", network, *(["--network-alias", alias] if alias else [])]
+    for target, source in mounts.items():
+        cmd += ["-v", f"{source}:{target}"]
+    started = time.monotonic()
+    result = subprocess.run([*cmd, image, *args], capture_output=True, text=True, timeout=300)
+    return result, time.monotonic() - started
+
+
+def test_a_host_that_never_comes_up_is_named(image, tmp_path):
+    """A 2-host job whose second container never starts: the first fails within dist_timeout, naming it."""
+    mounts = opt_ml(tmp_path, ["algo-1", "algo-2"], "algo-1", {"dist_timeout": "10"})
+    subprocess.run(["docker", "network", "create", "never-up"], capture_output=True)
+    try:
+        result, seconds = docker_run(image, mounts, "train", network="never-up", alias="algo-1")
+    finally:
+        subprocess.run(["docker", "network", "rm", "never-up"], capture_output=True)
+    assert result.returncode == 1 and seconds < 60
+    failure = (mounts["/opt/ml/output"] / "failure").read_text()
+    assert failure.startswith("host algo-2 did not come up within dist_timeout=10 s") and failure.count("\n") == 1
+    assert f"ERROR: {failure.strip()}" in result.stderr
+    assert os.listdir(mounts["/opt/ml/model"]) == []
+
+
+TINY_ARGS = ["--trainer.max_epochs", "1", "--trainer.limit_train_batches", "2", "--trainer.limit_val_batches", "1",
+             "--trainer.accelerator", "cpu", "--trainer.enable_progress_bar", "false"]  # fmt: skip
+
+
+def test_without_network_nothing_downloads(image, archive_dir, tmp_path):
+    """--network none, as SageMaker's network isolation: data in a channel trains, even with download allowed;
+    no data is the missing-data error, fast."""
+    data = {"/data": archive_dir}
+    trained, _ = docker_run(image, data, "python", "train.py", "--data.data_dir", "/data", "--data.download", "true",
+                            *TINY_ARGS, network="none")  # fmt: skip
+    assert trained.returncode == 0, trained.stderr[-3000:]
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    for download, message in (("false", "no CIFAR-10 data in /data: expected"), ("true", "cannot download CIFAR-10 into /data")):
+        failed, seconds = docker_run(image, {"/data": empty}, "python", "train.py", "--data.data_dir", "/data",
+                                     "--data.download", download, *TINY_ARGS, network="none")  # fmt: skip
+        assert failed.returncode == 1 and seconds < 60
+        assert [line for line in failed.stderr.splitlines() if line.startswith("ERROR: ")][0].startswith(f"ERROR: {message}")
+
+
+def test_the_image_holds_no_credentials(image, build_marker):
+    """No AWS keys, no .aws, .git or credentials files, and not a byte of the CA bundle mounted at build time
+    (it carries a marker line; see the image fixture)."""
+    scan = ("find / -xdev \\( -name .aws -o -name .git -o -name credentials -o -name .netrc -o -name '*.pem' -path '*/root/*' \\) -print;"
+            f" grep -rlF {build_marker} / --exclude-dir=proc --exclude-dir=sys 2>/dev/null;"
+            " grep -rlE 'AKIA[0-9A-Z]{16}' /opt/ml /root /etc /tmp /usr/local/bin 2>/dev/null; true")  # fmt: skip
+    found = subprocess.run(["docker", "run", "--rm", "--entrypoint", "sh", image, "-c", scan], capture_output=True, text=True)
+    assert found.returncode == 0 and found.stdout.split() == [], found.stdout
+    history = subprocess.run(["docker", "history", "--no-trunc", image], capture_output=True, text=True).stdout
+    config = subprocess.run(["docker", "inspect", image], capture_output=True, text=True).stdout
+    assert build_marker not in history + config and "BEGIN CERTIFICATE" not in history + config
+    assert not re.search(r"AWS_(SECRET_ACCESS_KEY|ACCESS_KEY_ID|SESSION_TOKEN)", config)
