@@ -1,6 +1,7 @@
 """Fixtures shared by every tier: generated CIFAR-10-format data and the repository's paths."""
 
 import os
+import socket
 
 import pytest
 
@@ -16,3 +17,15 @@ def archive_dir(tmp_path_factory) -> str:
     out = str(tmp_path_factory.mktemp("cifar-archive"))
     make_dataset.synthetic(out, train=160, test=40, seed=0)
     return out
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def free_port():
+    """A function that returns a TCP port free on this machine."""
+    return _free_port

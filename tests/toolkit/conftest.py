@@ -6,7 +6,6 @@ SAGEMAKER_BASE_DIR moves the toolkit's /opt/ml; the toolkit reads the same three
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -74,18 +73,12 @@ def make_opt_ml(base, hosts, current, hyperparameters, channels, interface="lo")
     shutil.copytree(APP, os.path.join(base, "code"), ignore=shutil.ignore_patterns("__pycache__"))
 
 
-def free_port() -> str:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return str(s.getsockname()[1])
-
-
 @pytest.fixture
-def run_hosts(tmp_path):
+def run_hosts(tmp_path, free_port):
     """Run `train` for each host of one job at the same time; return what each did."""
 
     def run(hosts, hyperparameters, channels, current_hosts=None, env=None, timeout=300) -> list[Host]:
-        port, procs = free_port(), []
+        port, procs = str(free_port()), []
         for i, current in enumerate(current_hosts or hosts):
             base = str(tmp_path / f"host{i}")
             make_opt_ml(base, hosts, current, hyperparameters, channels)

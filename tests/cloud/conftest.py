@@ -1,0 +1,42 @@
+"""A local AWS API server, moto in server mode, for what only AWS runs: S3, ECR and CreateTrainingJob.
+
+boto3, s3fs and both SageMaker SDKs reach it through AWS_ENDPOINT_URL; every test starts from an empty server.
+"""
+
+import subprocess
+import sys
+import time
+import urllib.request
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def moto_endpoint(free_port):
+    url = f"http://127.0.0.1:{free_port()}"
+    server = subprocess.Popen([sys.executable, "-m", "moto.server", "-p", url.rsplit(":", 1)[1]],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            urllib.request.urlopen(f"{url}/moto-api/", timeout=2)
+            break
+        except OSError:
+            assert server.poll() is None and time.monotonic() < deadline, "moto server did not start"
+            time.sleep(0.2)
+    yield url
+    server.terminate()
+    server.wait()
+
+
+@pytest.fixture
+def aws(moto_endpoint, monkeypatch) -> dict[str, str]:
+    """The environment (also set in this process) that points AWS clients at a fresh moto server."""
+    urllib.request.urlopen(urllib.request.Request(f"{moto_endpoint}/moto-api/reset", method="POST"))
+    env = {"AWS_ENDPOINT_URL": moto_endpoint, "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+           "AWS_DEFAULT_REGION": "us-east-1"}  # fmt: skip
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    for key in ("AWS_PROFILE", "AWS_SESSION_TOKEN"):
+        monkeypatch.delenv(key, raising=False)
+    return env
