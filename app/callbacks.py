@@ -1,12 +1,16 @@
-"""Lightning callbacks the trainer adds: who-is-who and validation lines, and the linear learning-rate rule.
+"""Lightning callbacks the trainer adds: who-is-who, plain progress and validation lines, and the linear
+learning-rate rule. scripts/run_sagemaker.py's metric definitions read the progress and validation lines.
 
+    python app/train.py ... | cat                            # no terminal: a progress line every log_every_n_steps
     python app/train.py ... --scale_lr_by_world_size true   # lr × number of processes, logged once
 """
 
+import datetime
 import hashlib
 import os
 import socket
 import sys
+import time
 
 import pytorch_lightning as pl
 import torch
@@ -44,6 +48,29 @@ class RankReport(pl.Callback):
 
     def on_fit_end(self, trainer, pl_module):
         self._say(trainer, f"weights {weights_digest(pl_module)} at step {trainer.global_step}")
+
+
+class LogLines(pl.Callback):
+    """Where there is no progress bar (stdout is not a terminal: CloudWatch, SageMaker's log streams), rank 0 prints
+    `epoch E step S/T: train/loss=L images/s=R eta=H:MM:SS` every trainer.log_every_n_steps steps, one plain line
+    each, instead of carriage-return progress bars."""
+
+    def on_train_start(self, trainer, pl_module):
+        self._since = (time.monotonic(), trainer.global_step)
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        step = trainer.global_step
+        if trainer.progress_bar_callback or not trainer.is_global_zero or step % trainer.log_every_n_steps or step == self._since[1]:
+            return
+        now, (then, then_step) = time.monotonic(), self._since
+        self._since = (now, step)
+        seconds_per_step = (now - then) / (step - then_step)
+        images = len(batch[0]) * trainer.world_size  # every rank's batch has this size (full batches only)
+        total = trainer.estimated_stepping_batches
+        eta = datetime.timedelta(seconds=round((total - step) * seconds_per_step)) if total != float("inf") else "?"
+        loss = outputs["loss"].item()
+        say(f"epoch {trainer.current_epoch} step {step}/{total}: train/loss={loss:.4f} "
+            f"images/s={images / seconds_per_step:.1f} eta={eta}")  # fmt: skip
 
 
 class LinearLRScaling(pl.Callback):

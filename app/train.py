@@ -27,7 +27,7 @@ from pytorch_lightning.strategies import DDPStrategy
 from pytorch_lightning.utilities.exceptions import MisconfigurationException, SIGTERMException
 
 import sagemaker_env
-from callbacks import LinearLRScaling, RankReport
+from callbacks import LinearLRScaling, LogLines, RankReport
 from checkpoints import AtomicCheckpointIO, LastCheckpoint
 from data import CIFAR10DataModule
 from failure import UserError, report
@@ -51,12 +51,14 @@ class CLI(LightningCLI):
 
     def instantiate_trainer(self, **kwargs) -> pl.Trainer:
         config = self.config_init
-        callbacks = [LastCheckpoint(config["last_checkpoint_every_n_steps"])]
+        callbacks = [LastCheckpoint(config["last_checkpoint_every_n_steps"]), LogLines()]
         if config["scale_lr_by_world_size"]:
             callbacks.append(LinearLRScaling())
         kwargs["callbacks"] = [*(config["trainer"].get("callbacks") or []), *callbacks]
         kwargs["plugins"] = [*(config["trainer"].get("plugins") or []), AtomicCheckpointIO()]
         kwargs.update(strategy(os.environ, config["trainer"], config["dist_timeout"], kwargs["plugins"]))
+        if config["trainer"].get("enable_progress_bar") is None:  # carriage returns make a mess of log files
+            kwargs["enable_progress_bar"] = sys.stdout.isatty()
         trainer = super().instantiate_trainer(logger=config["logger"], **kwargs)
         sagemaker_env.check_world_size(os.environ, trainer.num_nodes, trainer.num_devices)
         return trainer

@@ -5,12 +5,16 @@ installed one. Hyperparameters follow the options as key=value words; they reach
 
     python scripts/run_sagemaker.py --image sagemaker-lightning:latest --instance-type local --instance-count 2 \
         --input data/synthetic --output runs trainer.max_epochs=1 trainer.accelerator=cpu
-    .venv-sdk3/bin/python scripts/run_sagemaker.py --sdk v3 --distribution torch_distributed ...
+    python scripts/run_sagemaker.py --image 123456789012.dkr.ecr.us-east-1.amazonaws.com/sagemaker-lightning:latest \
+        --instance-type ml.g5.xlarge --instance-count 2 --role arn:aws:iam::123456789012:role/SageMakerRole \
+        --input s3://bucket/cifar10 --output s3://bucket/jobs --spot --tensorboard s3://bucket/tensorboard --dry-run
 """
 
 import argparse
+import dataclasses
 import importlib.metadata
 import json
+import logging
 import os
 import sys
 import time
@@ -19,6 +23,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 # Local mode needs no AWS account: a region, a dummy role, and no telemetry calls (they fail offline)
 os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
 os.environ.setdefault("SAGEMAKER_USER_CONFIG_OVERRIDE", os.path.join(HERE, "sagemaker_config.yaml"))
+logging.getLogger("sagemaker.config").setLevel(logging.WARNING)  # its INFO lines go to stdout, --dry-run's JSON too
 LOCAL_ROLE = "arn:aws:iam::111111111111:role/service-role/LocalModeRole"
 CHECKPOINTS = "/opt/ml/checkpoints"  # SageMaker syncs it with checkpoint_s3_uri; app/sagemaker_env.py trains into it
 LOCAL_CHECKPOINTS = "/opt/ml/input/data/checkpoints"  # local mode has no checkpoint sync: a mounted channel instead
@@ -33,6 +38,14 @@ DISTRIBUTIONS = {
                       "sagemaker_distributed_dataparallel_custom_mpi_options": ""},  # fmt: skip
     "mpi": {"sagemaker_mpi_enabled": True, "sagemaker_mpi_custom_mpi_options": ""},  # mpirun
 }
+# What the trainer prints (app/callbacks.py: LogLines, RankReport), read by SageMaker into CloudWatch metrics and for
+# automatic model tuning; tests/toolkit checks them against the lines of a real run
+METRICS = {
+    "train:loss": r"train/loss=([0-9.]+)",
+    "train:images_per_second": r"images/s=([0-9.]+)",
+    "validation:loss": r"val/loss=([0-9.]+)",
+    "validation:accuracy": r"val/acc=([0-9.]+)",
+}
 
 
 def uri(path: str) -> str:
@@ -40,12 +53,12 @@ def uri(path: str) -> str:
     return path if path.startswith(("s3://", "file://")) else "file://" + os.path.abspath(path)
 
 
-def hyperparameters(words: list[str]) -> dict[str, str]:
+def key_values(words: list[str], example: str) -> dict[str, str]:
     pairs = {}
     for word in words:
         key, sep, value = word.partition("=")
         if not sep or not key:
-            raise SystemExit(f"error: hyperparameter {word!r} is not key=value, e.g. trainer.max_epochs=5")
+            raise SystemExit(f"error: {word!r} is not key=value, e.g. {example}")
         pairs[key] = value
     return pairs
 
@@ -71,97 +84,202 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--sdk", choices=["v2", "v3"], default=None, help="SageMaker SDK API (default: the installed major version)")
     p.add_argument("--distribution", choices=list(DISTRIBUTIONS), default="none", help="how SageMaker starts the processes")
     p.add_argument("--processes-per-host", type=int, default=None, help="for the distributions (default: one per GPU, or 1)")
-    p.add_argument("--checkpoints", default=None,
-                   help="where last.ckpt lives across restarts: s3://... (checkpoint_s3_uri), or a directory in local mode")  # fmt: skip
     p.add_argument("--launcher", choices=["lightning", "torchrun"], default="lightning",
                    help="without a distribution: Lightning starts the per-device processes, or torchrun (c10d) does")  # fmt: skip
+    p.add_argument("--checkpoints", default=None, help="where last.ckpt lives across restarts: s3://... (checkpoint_s3_uri; "
+                   "default: <output>/<job>/checkpoints/), or a directory in local mode")  # fmt: skip
+    p.add_argument("--spot", action="store_true", help="managed spot training: resumes from --checkpoints when interrupted")
+    p.add_argument("--max-run", type=int, default=24 * 3600, help="seconds of training before SageMaker stops the job")
+    p.add_argument("--max-wait", type=int, default=None, help="with --spot: seconds including waits for capacity (≥ --max-run; default 2 × it)")
+    p.add_argument("--max-retry-attempts", type=int, default=None, help="restarts after interruptions or internal errors (--spot: default 3)")
+    p.add_argument("--tensorboard", default=None, help="s3://... for TensorBoard logs written during training (else in output.tar.gz)")
+    p.add_argument("--network-isolation", action="store_true", help="no network access from the containers (data through channels only)")
+    p.add_argument("--subnets", default=None, help="comma-separated VPC subnet IDs")
+    p.add_argument("--security-groups", default=None, help="comma-separated security group IDs (multi-node: one that admits itself)")
+    p.add_argument("--tag", action="append", default=[], metavar="KEY=VALUE", help="a tag of the job (repeatable)")
+    p.add_argument("--env", action="append", default=[], metavar="KEY=VALUE", help="an environment variable of the job (repeatable)")
+    p.add_argument("--wait", action=argparse.BooleanOptionalAction, default=True, help="wait for the job and stream its logs")
+    p.add_argument("--dry-run", action="store_true", help="print the CreateTrainingJob request as JSON and send nothing (cloud)")
     p.add_argument("hyperparameters", nargs="*", metavar="key=value", help="trainer arguments, e.g. trainer.max_epochs=5")
     return p.parse_args(argv)
 
 
-def checkpoint_s3_uri(checkpoints: str | None) -> str | None:
-    """Always with a trailing slash: without one, SageMaker's sync also matches sibling prefixes (run-1, run-10)."""
-    return checkpoints.rstrip("/") + "/" if checkpoints else None
+@dataclasses.dataclass
+class Job:
+    """One training job, whichever SDK starts it."""
+
+    name: str
+    args: argparse.Namespace
+    output: str  # URI
+    inputs: dict[str, str]  # channel: URI
+    hyperparameters: dict[str, str]
+    environment: dict[str, str]
+    checkpoints: str | None  # checkpoint_s3_uri in the cloud
+    max_wait: int | None  # with spot
+    max_retry_attempts: int | None
+    tags: dict[str, str]
+
+    @property
+    def local(self) -> bool:
+        return self.args.instance_type.startswith("local")
 
 
-def channels(args) -> dict[str, str]:
+def make_job(args: argparse.Namespace) -> Job:
+    """The job the arguments describe, with SageMaker's rules checked before anything is sent."""
+    local = args.instance_type.startswith("local")
+    name = f"{args.job_name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    output = uri(args.output).rstrip("/")
+    hps = key_values(args.hyperparameters, "trainer.max_epochs=5")
     inputs = {args.channel: uri(args.input)}
-    if args.checkpoints and args.instance_type.startswith("local"):
-        inputs["checkpoints"] = uri(args.checkpoints)
-        os.makedirs(inputs["checkpoints"][len("file://"):], exist_ok=True)
-    return inputs
+    if local:
+        if args.dry_run or args.spot:
+            raise SystemExit("error: --dry-run and --spot are for cloud jobs (an ml.* --instance-type)")
+        checkpoints = None
+        if args.checkpoints:  # a host directory mounted as a channel, where the trainer keeps last.ckpt
+            if args.checkpoints.startswith("s3://"):
+                raise SystemExit("error: local mode keeps --checkpoints in a local directory, not s3://")
+            inputs["checkpoints"] = uri(args.checkpoints)
+            hps.setdefault("checkpoint.dirpath", LOCAL_CHECKPOINTS)
+    else:
+        if not args.role:
+            raise SystemExit("error: a cloud job needs --role, the ARN of a SageMaker execution role")
+        if not output.startswith("s3://") or not inputs[args.channel].startswith("s3://"):
+            raise SystemExit("error: a cloud job reads --input from and writes --output to s3:// URIs")
+        # always a trailing slash: without one, SageMaker's sync also matches sibling prefixes (run-1, run-10)
+        checkpoints = (args.checkpoints or f"{output}/{name}/checkpoints").rstrip("/") + "/"
+    max_wait = None
+    if args.spot:
+        max_wait = args.max_wait or 2 * args.max_run
+        if max_wait < args.max_run:
+            raise SystemExit(f"error: --max-wait {max_wait} is below --max-run {args.max_run}; spot jobs need max_wait ≥ max_run")
+    if args.tensorboard:
+        hps.setdefault("logger.save_dir", args.tensorboard)
+    hps.update(framework_hyperparameters(args.distribution, args.instance_type, args.processes_per_host))
+    env = {"DATA_CHANNEL": args.channel, **({"LAUNCHER": "torchrun"} if args.launcher == "torchrun" else {})}
+    env.update(key_values(args.env, "NCCL_DEBUG=INFO"))
+    retries = args.max_retry_attempts if args.max_retry_attempts is not None else (3 if args.spot else None)
+    return Job(name, args, output, inputs, hps, env, checkpoints, max_wait, retries,
+               key_values(args.tag, "project=cifar10"))  # fmt: skip
 
 
-def run_v2(args, job_name: str, output: str, hps: dict, env: dict) -> str:
+def intercept_create_training_job(boto_session) -> None:
+    """--dry-run: print the CreateTrainingJob request (as the API receives it) and answer it here, and the
+    DescribeTrainingJob that SDK 3.x sends after it: nothing leaves this machine."""
+    from botocore.awsrequest import AWSResponse
+
+    def show(params, **kwargs):
+        print(json.dumps(params, indent=2, sort_keys=True, default=str))
+
+    def answer(model, params, **kwargs):
+        job = {"TrainingJobName": "dry-run", "TrainingJobArn": "arn:aws:sagemaker:dry-run:000000000000:training-job/dry-run"}
+        return AWSResponse("https://dry-run", 200, {}, None), {**job, "TrainingJobStatus": "InProgress"}
+
+    boto_session.events.register("before-parameter-build.sagemaker.CreateTrainingJob", show)
+    for operation in ("CreateTrainingJob", "DescribeTrainingJob"):
+        boto_session.events.register(f"before-call.sagemaker.{operation}", answer)
+
+
+def run_v2(job: Job) -> str | None:
     """SDK 2.x: Estimator(image_uri=...), LocalSession for local instance types. Returns the model.tar.gz URI."""
+    import boto3
     from sagemaker.estimator import Estimator  # slow imports: after the argument checks
     from sagemaker.local import LocalSession
     from sagemaker.session import Session
 
-    local = args.instance_type.startswith("local")
-    if local and output.startswith("file://"):
-        output = f"{output}/{job_name}"  # local mode writes straight into the path; SageMaker adds the job folder
-    session = LocalSession() if local else Session()
-    if local:
+    args, output = job.args, job.output
+    if job.local:
+        session = LocalSession()
         session.config = {"local": {"local_code": True}}
-    cloud_checkpoints = {} if local else {"checkpoint_s3_uri": checkpoint_s3_uri(args.checkpoints), "checkpoint_local_path": CHECKPOINTS}
+        if output.startswith("file://"):
+            output = f"{output}/{job.name}"  # local mode writes straight into the path; SageMaker adds the job folder
+        cloud = {}
+    else:
+        boto_session = boto3.Session()
+        if args.dry_run:
+            intercept_create_training_job(boto_session)
+        session = Session(boto_session=boto_session)
+        cloud = dict(checkpoint_s3_uri=job.checkpoints, checkpoint_local_path=CHECKPOINTS,
+                     metric_definitions=[{"Name": n, "Regex": r} for n, r in METRICS.items()],
+                     use_spot_instances=args.spot, max_run=args.max_run, max_wait=job.max_wait,
+                     max_retry_attempts=job.max_retry_attempts, enable_network_isolation=args.network_isolation,
+                     subnets=args.subnets.split(",") if args.subnets else None,
+                     security_group_ids=args.security_groups.split(",") if args.security_groups else None,
+                     tags=[{"Key": k, "Value": v} for k, v in job.tags.items()] or None,
+                     disable_profiler=True, debugger_hook_config=False)  # SageMaker Debugger: not for this image  # fmt: skip
     estimator = Estimator(image_uri=args.image, role=args.role or LOCAL_ROLE, instance_count=args.instance_count,
-                          instance_type=args.instance_type, output_path=output, hyperparameters=hps,
-                          environment=env, sagemaker_session=session, **cloud_checkpoints)  # fmt: skip
-    estimator.fit(channels(args), job_name=job_name)
-    return estimator.model_data
+                          instance_type=args.instance_type, output_path=output, hyperparameters=job.hyperparameters,
+                          environment=job.environment, sagemaker_session=session, **cloud)  # fmt: skip
+    wait = args.wait and not args.dry_run
+    estimator.fit(job.inputs, job_name=job.name, wait=wait, logs="All" if wait else "None")
+    return estimator.model_data if wait else None
 
 
-def run_v3(args, job_name: str, output: str, hps: dict, env: dict) -> str:
+def run_v3(job: Job) -> str | None:
     """SDK 3.x: ModelTrainer(training_image=...), Mode.LOCAL_CONTAINER for local instance types."""
+    import boto3
+    from sagemaker.core.helper.session_helper import Session
+    from sagemaker.core.training.configs import (CheckpointConfig, Compute, InputData, MetricDefinition, Networking,
+                                                 OutputDataConfig, RetryStrategy, StoppingCondition, Tag)  # fmt: skip
     from sagemaker.train import ModelTrainer
-    from sagemaker.train.configs import CheckpointConfig, Compute, InputData, OutputDataConfig
     from sagemaker.train.model_trainer import Mode
 
-    local = args.instance_type.startswith("local")
-    kwargs = {}
-    if local:
-        if not output.startswith("file://"):
+    args = job.args
+    if args.dry_run:
+        os.environ["SAGEMAKER_VALIDATE_ROLE"] = "false"  # SDK 3.x checks the role through IAM: not in a dry run
+    if job.local:
+        if not job.output.startswith("file://"):
             raise SystemExit("error: SDK 3.x local mode writes its artifacts to a local --output directory")
-        kwargs["local_container_root"] = root = os.path.join(output[len("file://"):], job_name)
+        root = os.path.join(job.output[len("file://"):], job.name)
         os.makedirs(root, exist_ok=True)
+        settings = dict(training_mode=Mode.LOCAL_CONTAINER, local_container_root=root,
+                        compute=Compute(instance_type="local_cpu" if args.instance_type == "local" else args.instance_type,
+                                        instance_count=args.instance_count))  # fmt: skip
     else:
-        kwargs["output_data_config"] = OutputDataConfig(s3_output_path=output)
-        if args.checkpoints:
-            kwargs["checkpoint_config"] = CheckpointConfig(s3_uri=checkpoint_s3_uri(args.checkpoints), local_path=CHECKPOINTS)
-    trainer = ModelTrainer(training_image=args.image, role=args.role or LOCAL_ROLE, base_job_name=job_name,
-                           training_mode=Mode.LOCAL_CONTAINER if local else Mode.SAGEMAKER_TRAINING_JOB,
-                           compute=Compute(instance_type="local_cpu" if args.instance_type == "local" else args.instance_type,
-                                           instance_count=args.instance_count),
-                           hyperparameters=hps, environment=env, **kwargs)  # fmt: skip
+        boto_session = boto3.Session()
+        if args.dry_run:
+            intercept_create_training_job(boto_session)
+        settings = dict(sagemaker_session=Session(boto_session=boto_session),
+                        compute=Compute(instance_type=args.instance_type, instance_count=args.instance_count,
+                                        enable_managed_spot_training=args.spot),
+                        stopping_condition=StoppingCondition(max_runtime_in_seconds=args.max_run,
+                                                             max_wait_time_in_seconds=job.max_wait),
+                        output_data_config=OutputDataConfig(s3_output_path=job.output),
+                        checkpoint_config=CheckpointConfig(s3_uri=job.checkpoints, local_path=CHECKPOINTS),
+                        networking=Networking(enable_network_isolation=args.network_isolation,
+                                              subnets=args.subnets.split(",") if args.subnets else None,
+                                              security_group_ids=args.security_groups.split(",") if args.security_groups else None),
+                        tags=[Tag(key=k, value=v) for k, v in job.tags.items()] or None)  # fmt: skip
+    trainer = ModelTrainer(training_image=args.image, role=args.role or LOCAL_ROLE, base_job_name=job.name,
+                           hyperparameters=job.hyperparameters, environment=job.environment, **settings)  # fmt: skip
+    if not job.local:
+        trainer = trainer.with_metric_definitions([MetricDefinition(name=n, regex=r) for n, r in METRICS.items()])
+        if job.max_retry_attempts is not None:
+            trainer = trainer.with_retry_strategy(RetryStrategy(maximum_retry_attempts=job.max_retry_attempts))
     inputs = [InputData(channel_name=name, data_source=source if source.startswith("s3://") else source[len("file://"):])
-              for name, source in channels(args).items()]  # fmt: skip
-    trainer.train(input_data_config=inputs)
-    if local:
+              for name, source in job.inputs.items()]  # fmt: skip
+    wait = args.wait and not args.dry_run
+    trainer.train(input_data_config=inputs, wait=wait, logs=wait)
+    if job.local:
         return f"file://{root}/compressed_artifacts/model.tar.gz"  # where SDK 3.x local mode packs it
-    return trainer._latest_training_job.model_artifacts.s3_model_artifacts
+    return trainer._latest_training_job.model_artifacts.s3_model_artifacts if wait else None
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    hps = hyperparameters(args.hyperparameters)
     installed = f"v{importlib.metadata.version('sagemaker').split('.')[0]}"
     sdk = args.sdk or installed
     if sdk != installed:
         venv = ".venv-sdk3" if sdk == "v3" else ".venv"
         raise SystemExit(f"error: --sdk {sdk} needs SageMaker SDK {sdk[1]}.x, but {installed[1]}.x is installed here; "
                          f"run {venv}/bin/python {sys.argv[0]} (make install makes it)")  # fmt: skip
-    if not args.instance_type.startswith("local") and not args.role:
-        raise SystemExit("error: a cloud job needs --role, the ARN of a SageMaker execution role")
-    if args.checkpoints and args.instance_type.startswith("local"):
-        if args.checkpoints.startswith("s3://"):
-            raise SystemExit("error: local mode keeps --checkpoints in a local directory, not s3://")
-        hps.setdefault("checkpoint.dirpath", LOCAL_CHECKPOINTS)
-    hps.update(framework_hyperparameters(args.distribution, args.instance_type, args.processes_per_host))
-    env = {"DATA_CHANNEL": args.channel, **({"LAUNCHER": "torchrun"} if args.launcher == "torchrun" else {})}
-    job_name = f"{args.job_name}-{time.strftime('%Y%m%d-%H%M%S')}"
-    model = (run_v2 if sdk == "v2" else run_v3)(args, job_name, uri(args.output).rstrip("/"), hps, env)
-    print(f"model.tar.gz: {model[len('file://'):] if model.startswith('file://') else model}")
+    job = make_job(args)
+    if job.local and "checkpoints" in job.inputs:
+        os.makedirs(job.inputs["checkpoints"][len("file://"):], exist_ok=True)
+    model = (run_v2 if sdk == "v2" else run_v3)(job)
+    if model:
+        print(f"model.tar.gz: {model[len('file://'):] if model.startswith('file://') else model}")
+    elif not args.dry_run:
+        print(f"started {job.name}; model.tar.gz will be under {job.output}")
     return 0
 
 

@@ -6,12 +6,13 @@ import re
 
 import pytest
 
+import run_sagemaker
 from model import ImageClassifier
 
 pytestmark = pytest.mark.toolkit
 
 STANDIN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "smddp_standin")
-PLUGINS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "plugins")
+PLUGINS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "plugins")
 
 
 def ranks(output: str) -> dict[int, str]:
@@ -28,6 +29,19 @@ def test_one_host_trains_and_exports(run_hosts, archive_dir, tiny):
     assert os.path.isfile(host.path("checkpoints", "last.ckpt"))
     assert glob.glob(host.path("output", "data", "tensorboard", "*", "version_0", "events.out.tfevents.*"))
     assert os.path.exists(host.path("output", "success")) and host.failure is None
+
+
+def test_metric_definitions_match_the_lines_of_a_real_run(run_hosts, archive_dir, tiny):
+    """SageMaker reads CloudWatch metrics (and tuning objectives) from the logs with run_sagemaker.METRICS: each
+    regex must find numbers in what the trainer really prints when stdout is not a terminal."""
+    (host,) = run_hosts(["localhost"], {**tiny, "trainer.limit_train_batches": 3, "trainer.log_every_n_steps": 1},
+                        {"training": archive_dir})  # fmt: skip
+    assert host.returncode == 0, host.output[-3000:]
+    assert "\r" not in host.output  # no progress bar
+    for name, regex in run_sagemaker.METRICS.items():
+        values = [float(v) for v in re.findall(regex, host.output)]
+        assert values, f"{name}: {regex!r} matches no line of the run"
+    assert len(re.findall(run_sagemaker.METRICS["train:loss"], host.output)) == 3  # one line per step
 
 
 def test_two_hosts_train_as_one_job(run_hosts, archive_dir, tiny):

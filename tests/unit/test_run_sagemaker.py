@@ -1,6 +1,7 @@
 """scripts/run_sagemaker.py: distributions as the framework hyperparameters SDK 2.x's PyTorch estimator sets."""
 
 import json
+import re
 
 import pytest
 from sagemaker.estimator import EstimatorBase
@@ -32,13 +33,54 @@ def test_no_distribution_adds_nothing_but_a_process_count():
     assert run_sagemaker.framework_hyperparameters("none", "local", 2) == {"sagemaker_mpi_num_of_processes_per_host": "2"}
 
 
-def test_hyperparameter_words():
-    assert run_sagemaker.hyperparameters(["a.b=1", "c=x=y", "d="]) == {"a.b": "1", "c": "x=y", "d": ""}
-    with pytest.raises(SystemExit, match="'oops' is not key=value"):
-        run_sagemaker.hyperparameters(["oops"])
+def test_key_value_words():
+    assert run_sagemaker.key_values(["a.b=1", "c=x=y", "d="], "a=1") == {"a.b": "1", "c": "x=y", "d": ""}
+    with pytest.raises(SystemExit, match="'oops' is not key=value, e.g. a=1"):
+        run_sagemaker.key_values(["oops"], "a=1")
 
 
 def test_the_other_sdk_is_named_with_its_venv(capsys):
     with pytest.raises(SystemExit, match="--sdk v3 needs SageMaker SDK 3.x, but 2.x is installed here; run .venv-sdk3/bin/python"):
         run_sagemaker.main(["--sdk", "v3", "--image", "x", "--input", "d", "--output", "o"])
     assert json.loads(run_sagemaker.framework_hyperparameters("mpi", "local", None)["sagemaker_mpi_enabled"]) is True
+
+
+CLOUD = ["--image", "i", "--instance-type", "ml.g5.xlarge", "--role", "arn:aws:iam::1:role/r", "--input", "s3://b/in",
+         "--output", "s3://b/out/"]  # fmt: skip
+
+
+def job(*words):
+    return run_sagemaker.make_job(run_sagemaker.parse_args([*words]))
+
+
+def test_checkpoints_default_under_the_output_and_always_end_in_a_slash():
+    assert job(*CLOUD).checkpoints == f"s3://b/out/{job(*CLOUD).name}/checkpoints/"
+    assert job(*CLOUD, "--checkpoints", "s3://b/ckpt/run-1").checkpoints == "s3://b/ckpt/run-1/"
+
+
+def test_spot_waits_at_least_as_long_as_it_runs():
+    spot = job(*CLOUD, "--spot", "--max-run", "3600")
+    assert (spot.max_wait, spot.max_retry_attempts) == (7200, 3)
+    with pytest.raises(SystemExit, match="--max-wait 1800 is below --max-run 3600"):
+        job(*CLOUD, "--spot", "--max-run", "3600", "--max-wait", "1800")
+
+
+@pytest.mark.parametrize(
+    "words, message",
+    [
+        (["--image", "i", "--input", "d", "--output", "o", "--spot"], "--dry-run and --spot are for cloud jobs"),
+        (["--image", "i", "--input", "d", "--output", "o", "--checkpoints", "s3://b/c"], "local mode keeps --checkpoints in a local directory"),
+        ([a for a in CLOUD if not a.startswith(("--role", "arn:"))], "a cloud job needs --role"),
+        ([*CLOUD[:-2], "--output", "runs"], "a cloud job reads --input from and writes --output to s3:// URIs"),
+        ([*CLOUD, "--tag", "oops"], "'oops' is not key=value, e.g. project=cifar10"),
+    ],
+)  # fmt: skip
+def test_bad_job_options_are_named(words, message):
+    with pytest.raises(SystemExit, match=re.escape(message)):
+        job(*words)
+
+
+def test_local_checkpoints_are_a_mounted_channel(tmp_path):
+    local = job("--image", "i", "--input", "d", "--output", "o", "--checkpoints", str(tmp_path / "ck"))
+    assert local.inputs["checkpoints"] == f"file://{tmp_path}/ck"
+    assert local.hyperparameters["checkpoint.dirpath"] == run_sagemaker.LOCAL_CHECKPOINTS and local.checkpoints is None
