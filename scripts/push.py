@@ -102,10 +102,11 @@ def main() -> int:
         problem = registry_problem(args.registry)
         if problem:
             raise SystemExit(f"error: {problem}")
-    else:
+    else:  # before any ECR call, and before the build with `make build push`
         session = boto3.Session()
         account = aws_account.account(session, need_region=True)
-        print(f"pushing to ECR: account {account}, region {session.region_name}", file=sys.stderr)
+        if args.check:  # where the image will go, said before a long build
+            print(f"pushing to ECR: account {account}, region {session.region_name}", file=sys.stderr)
     if args.check:
         return 0
 
