@@ -1,6 +1,6 @@
 """`make push`'s AWS side against moto: the ECR repository, Docker's credentials, and the check before any build.
 
-    .venv/bin/pytest tests/cloud/test_push.py -q
+    .venv/bin/pytest tests/cloud/test_push_ecr.py -q
 """
 
 import base64

@@ -1,6 +1,6 @@
 """`make push` through a real registry (Debian's docker-registry) and back, with a one-file image made here.
 
-    .venv/bin/pytest tests/container/test_push.py -q
+    .venv/bin/pytest tests/container/test_push_registry.py -q
 """
 
 import base64

@@ -1,6 +1,6 @@
 """scripts/upload_data.py against moto's S3: what lands under the prefix, the URI it prints, and bad input.
 
-    .venv/bin/pytest tests/cloud/test_upload_data.py -q
+    .venv/bin/pytest tests/cloud/test_upload_data_s3.py -q
 """
 
 import os
