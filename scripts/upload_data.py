@@ -45,7 +45,7 @@ def dataset_files(source: str) -> dict[str, str]:
 
 
 def check_destination(s3, bucket: str, prefix: str) -> None:
-    """One line when the bucket cannot be written by us or the prefix already holds objects."""
+    """One line when the bucket is missing or not reachable with these credentials, or the prefix holds objects."""
     try:
         s3.head_bucket(Bucket=bucket)
         taken = s3.list_objects_v2(Bucket=bucket, Prefix=f"{prefix}/", MaxKeys=1)["KeyCount"]
