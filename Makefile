@@ -8,6 +8,8 @@ BASE_dlc-smddp := 763104351884.dkr.ecr.us-east-1.amazonaws.com/pytorch-training:
 BASE_conda := ubuntu:22.04
 BASE_pypi := python:3.11-slim-bookworm
 BASE_IMAGE ?= $(BASE_$(FLAVOR))
+# make push: to ECR of the AWS configuration, or to this registry (host:port) when set
+REGISTRY ?=
 # The pypi base made from Debian packages, for machines that reach no container registry
 DEBIAN_BASE ?= sagemaker-lightning-base:bookworm
 DEBIAN_MIRROR ?= http://deb.debian.org/debian
@@ -20,7 +22,7 @@ PYTHON := .venv/bin/python
 # About 30 steps: enough for ~80% validation accuracy on the generated data, about a minute on 2 CPU cores
 DEMO_ARGS := trainer.max_epochs=1 trainer.accelerator=cpu data.batch_size=16 data.num_workers=1 optimizer.lr=0.02
 
-.PHONY: help install test build debian-base demo local clean
+.PHONY: help install test build push push-check debian-base demo local clean
 
 help:  ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -50,6 +52,17 @@ build:  ## Build $(IMAGE):$(TAG) for FLAVOR=dlc|dlc-smddp|conda|pypi (BASE_IMAGE
 	set -x; DOCKER_BUILDKIT=1 $(DOCKER) build -f docker/Dockerfile -t $(IMAGE):$(TAG) \
 	  --build-arg FLAVOR=$(FLAVOR) --build-arg BASE_IMAGE=$$base \
 	  $(if $(wildcard $(PIP_CA_BUNDLE)),--secret id=pip_ca$(,)src=$(PIP_CA_BUNDLE)) .
+
+push: push-check  ## Push $(IMAGE):$(TAG) to ECR (REGISTRY=host:port: elsewhere) as <git revision> and latest; prints the URI
+	@$(PYTHON) scripts/push.py $(IMAGE):$(TAG) $(if $(REGISTRY),--registry $(REGISTRY)) --docker $(or $(DOCKER),docker)
+
+# AWS credentials and region (or REGISTRY's form): `make build push` checks them before the build, not after it
+push-check: .venv/.installed
+	@$(PYTHON) scripts/push.py --check $(if $(REGISTRY),--registry $(REGISTRY))
+ifneq ($(filter push,$(MAKECMDGOALS)),)
+build: push-check
+push: $(filter build,$(MAKECMDGOALS))  # in that order whatever the order of the goals, and with -j
+endif
 
 debian-base:  ## Make $(DEBIAN_BASE) from Debian packages with debootstrap (root): a pypi base without a registry
 	@$(DOCKER) image inspect $(DEBIAN_BASE) >/dev/null 2>&1 || { \

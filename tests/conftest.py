@@ -29,3 +29,13 @@ def _free_port() -> int:
 def free_port():
     """A function that returns a TCP port free on this machine."""
     return _free_port
+
+
+@pytest.fixture
+def no_aws(monkeypatch, tmp_path) -> None:
+    """No AWS configuration at all, in this process and its children: no keys, profile, config files or instance role."""
+    for key in [k for k in os.environ if k.startswith("AWS_")]:
+        monkeypatch.delenv(key)
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-aws-config"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-aws-credentials"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")  # on an EC2 machine its role's credentials would be found

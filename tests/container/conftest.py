@@ -1,6 +1,7 @@
-"""The image, built from this checkout, and SageMaker local mode (real SDK, real docker compose) around it.
+"""The image, built from this checkout, and SageMaker local mode (real SDK, real docker compose) around it;
+a local container registry for the push tests.
 
-Without a Docker engine the tier is skipped, or fails when REQUIRE_ALL_TIERS=1 (as in CI).
+Without a Docker engine (or docker-registry) the tier is skipped, or fails when REQUIRE_ALL_TIERS=1 (as in CI).
 """
 
 import os
@@ -8,7 +9,11 @@ import re
 import shutil
 import subprocess
 import sys
+import time
+import urllib.error
+import urllib.request
 
+import bcrypt
 import certifi
 import pytest
 
@@ -16,18 +21,66 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 IMAGE = "sagemaker-lightning:test"
 # The CA bundle given to the build carries this line; test_reliability checks it never reaches the image
 BUILD_MARKER = "sagemaker-lightning-build-secret-marker"
+REGISTRY = "/usr/bin/docker-registry"  # Debian's docker-registry package: the reference registry (distribution v2)
 
 
-def docker_problem() -> str | None:
-    """Why local mode cannot run here, or None."""
+def docker_problem(compose: bool = True) -> str | None:
+    """Why local mode (compose: False, plain Docker) cannot run here, or None."""
     if shutil.which("docker") is None:
         return "no docker command"
     if subprocess.run(["docker", "info"], capture_output=True).returncode != 0:
         return "no Docker engine answers `docker info`"
-    compose = subprocess.run(["docker", "compose", "version"], capture_output=True).returncode == 0
-    if not compose and shutil.which("docker-compose") is None:
+    if not compose:
+        return None
+    plugin = subprocess.run(["docker", "compose", "version"], capture_output=True).returncode == 0
+    if not plugin and shutil.which("docker-compose") is None:
         return "neither `docker compose` nor docker-compose"
     return None
+
+
+def require(problem: str | None) -> None:
+    """Skip the test for this problem, or fail it when REQUIRE_ALL_TIERS=1."""
+    if problem:
+        if os.environ.get("REQUIRE_ALL_TIERS") == "1":
+            pytest.fail(f"container tier required but {problem}")
+        pytest.skip(problem)
+
+
+@pytest.fixture
+def registry(free_port, tmp_path):
+    """A function that starts a container registry on 127.0.0.1 and returns its host:port; users: {name: password}.
+
+    Docker pushes to 127.0.0.0/8 over plain HTTP without configuration. Stopped, its storage removed, after the test.
+    """
+    require(docker_problem(compose=False) or (None if os.path.exists(REGISTRY) else f"no {REGISTRY} (apt-get install docker-registry)"))
+    servers = []
+
+    def start(users: dict[str, str] | None = None) -> str:
+        host = f"127.0.0.1:{free_port()}"
+        root = tmp_path / f"registry-{len(servers)}"
+        (root / "storage").mkdir(parents=True)
+        config = f"version: 0.1\nstorage:\n  filesystem:\n    rootdirectory: {root / 'storage'}\nhttp:\n  addr: {host}\n"
+        if users:  # htpasswd entries must be bcrypt
+            lines = [f"{user}:{bcrypt.hashpw(password.encode(), bcrypt.gensalt()).decode()}\n" for user, password in users.items()]
+            (root / "htpasswd").write_text("".join(lines))
+            config += f"auth:\n  htpasswd:\n    realm: test\n    path: {root / 'htpasswd'}\n"
+        (root / "config.yml").write_text(config)
+        servers.append(subprocess.Popen([REGISTRY, "serve", str(root / "config.yml")], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                urllib.request.urlopen(f"http://{host}/v2/", timeout=2)
+                return host
+            except urllib.error.HTTPError:  # 401: up, and asking for credentials
+                return host
+            except OSError:
+                assert servers[-1].poll() is None and time.monotonic() < deadline, "docker-registry did not start"
+                time.sleep(0.1)
+
+    yield start
+    for server in servers:
+        server.terminate()
+        server.wait()
 
 
 @pytest.fixture(scope="session")
@@ -38,11 +91,7 @@ def build_marker() -> str:
 @pytest.fixture(scope="session")
 def image(tmp_path_factory) -> str:
     """The pypi flavor built from this checkout, with the machine's CA bundle for pip (or certifi's) plus the marker."""
-    problem = docker_problem()
-    if problem:
-        if os.environ.get("REQUIRE_ALL_TIERS") == "1":
-            pytest.fail(f"container tier required but {problem}")
-        pytest.skip(problem)
+    require(docker_problem())
     source = os.environ.get("PIP_CA_BUNDLE") or os.environ.get("PIP_CERT") or ""
     bundle = tmp_path_factory.mktemp("build") / "ca-bundle.pem"
     with open(source if os.path.isfile(source) else certifi.where()) as f:

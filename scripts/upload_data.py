@@ -1,0 +1,91 @@
+"""Put CIFAR-10 under an S3 prefix and print the URI to pass as --input of scripts/run_sagemaker.py.
+
+Without --from it downloads the official CIFAR-10 into data/cifar10 (checked against its md5 sums; reused when
+already there, as by `make local`). --from DIR uploads a directory of yours in a layout the trainer reads
+(app/data.py): cifar-10-python.tar.gz when DIR has it (one object, unpacked on each node), else cifar-10-batches-py/.
+The prefix must be empty: a job's channel receives every object under it, stale ones included.
+
+    python scripts/upload_data.py s3://my-bucket/cifar10                            # downloads first
+    python scripts/upload_data.py s3://my-bucket/synthetic --from data/synthetic
+"""
+
+import argparse
+import contextlib
+import os
+import re
+import sys
+
+import boto3
+from boto3.exceptions import S3UploadFailedError
+from botocore.exceptions import BotoCoreError, ClientError
+
+import aws_account
+import make_dataset
+
+DOWNLOADS = os.path.join("data", "cifar10")
+
+
+def s3_prefix(uri: str) -> tuple[str, str]:
+    """'s3://bucket/a/b/' → ('bucket', 'a/b'); one line when it names no prefix (a whole bucket is no channel)."""
+    match = re.fullmatch(r"s3://([^/]+)/+(.*[^/])/*", uri)
+    if not match:
+        raise SystemExit(f"error: {uri!r} is not s3://bucket/prefix; e.g. s3://my-bucket/cifar10")
+    return match.group(1), match.group(2)
+
+
+def dataset_files(source: str) -> dict[str, str]:
+    """{name under the prefix: local path} of what the trainer reads in `source`; one line when it holds neither layout."""
+    archive, folder = os.path.join(source, make_dataset.ARCHIVE), os.path.join(source, make_dataset.FOLDER)
+    if os.path.isfile(archive):
+        return {make_dataset.ARCHIVE: archive}
+    if os.path.isdir(folder):
+        return {f"{make_dataset.FOLDER}/{n}": os.path.join(folder, n) for n in sorted(os.listdir(folder)) if os.path.isfile(os.path.join(folder, n))}
+    raise SystemExit(f"error: {source} holds neither {make_dataset.ARCHIVE} nor {make_dataset.FOLDER}/; "
+                     "make them with scripts/make_dataset.py, or name the directory that holds them")  # fmt: skip
+
+
+def check_destination(s3, bucket: str, prefix: str) -> None:
+    """One line when the bucket is missing or not reachable with these credentials, or the prefix holds objects."""
+    try:
+        s3.head_bucket(Bucket=bucket)
+        taken = s3.list_objects_v2(Bucket=bucket, Prefix=f"{prefix}/", MaxKeys=1)["KeyCount"]
+    except ClientError as e:
+        code = e.response["Error"]["Code"]
+        if code in ("404", "NoSuchBucket"):
+            raise SystemExit(f"error: bucket {bucket} does not exist; make it in the jobs' region: aws s3 mb s3://{bucket}") from None
+        raise SystemExit(f"error: bucket {bucket}: {e}; check the name and your s3:ListBucket permission") from None
+    if taken:
+        raise SystemExit(f"error: s3://{bucket}/{prefix}/ already holds objects, which the job would read too; "
+                         f"choose a new prefix, or empty it: aws s3 rm --recursive s3://{bucket}/{prefix}/")  # fmt: skip
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("destination", help="s3://bucket/prefix, an empty prefix")
+    parser.add_argument("--from", dest="source", help=f"a local directory with {make_dataset.ARCHIVE} or {make_dataset.FOLDER}/ (default: download)")
+    args = parser.parse_args()
+    bucket, prefix = s3_prefix(args.destination)
+    files = dataset_files(args.source) if args.source else None  # local checks first: they are instant
+    session = boto3.Session()
+    aws_account.account(session, need_region=False)  # S3 needs no region; bad credentials stop here, before a download
+    s3 = session.client("s3")
+    check_destination(s3, bucket, prefix)
+    if files is None:
+        try:
+            with contextlib.redirect_stdout(sys.stderr):  # torchvision's messages: stdout is the URI alone
+                files = dataset_files(os.path.dirname(make_dataset.cifar10(DOWNLOADS)))
+        except (OSError, RuntimeError) as e:  # no network (URLError is an OSError), or a corrupt download
+            raise SystemExit(f"error: cannot download CIFAR-10 ({e}); pass --from DIR, a directory with "
+                             f"{make_dataset.ARCHIVE} or {make_dataset.FOLDER}/") from None  # fmt: skip
+    for name, path in files.items():
+        print(f"uploading {path} ({os.path.getsize(path) / 1e6:.1f} MB) to s3://{bucket}/{prefix}/{name}", file=sys.stderr)
+        try:
+            s3.upload_file(path, bucket, f"{prefix}/{name}")  # multipart and parallel above 8 MB
+        except (S3UploadFailedError, BotoCoreError, ClientError) as e:
+            raise SystemExit(f"error: uploading {path} failed ({e}); empty s3://{bucket}/{prefix}/ and run again") from None
+    print(f"s3://{bucket}/{prefix}/")  # the trailing / keeps the channel from also matching sibling prefixes (cifar10-old/)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,90 @@
+"""scripts/upload_data.py against moto's S3: what lands under the prefix, the URI it prints, and bad input.
+
+    .venv/bin/pytest tests/cloud/test_upload_data_s3.py -q
+"""
+
+import os
+import subprocess
+import sys
+import tarfile
+
+import boto3
+import pytest
+
+import aws_account
+import make_dataset
+
+pytestmark = pytest.mark.cloud
+UPLOAD = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "scripts", "upload_data.py")
+BUCKET = "datasets"
+
+
+@pytest.fixture
+def s3(aws):
+    client = boto3.client("s3")
+    client.create_bucket(Bucket=BUCKET)
+    return client
+
+
+def upload(*args: str, cwd: str | None = None, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, UPLOAD, *args], capture_output=True, text=True, cwd=cwd, timeout=120,
+                          env={**os.environ, **(env or {})})  # fmt: skip
+
+
+def contents(s3, prefix: str) -> dict[str, bytes]:
+    keys = [o["Key"] for o in s3.list_objects_v2(Bucket=BUCKET, Prefix=prefix).get("Contents", [])]
+    return {key: s3.get_object(Bucket=BUCKET, Key=key)["Body"].read() for key in keys}
+
+
+def test_the_archive_goes_up_whole_and_the_uri_names_the_prefix(s3, tmp_path):
+    """3,000 images make a 9 MB archive: above boto3's 8 MiB threshold, so a multipart upload."""
+    archive = make_dataset.synthetic(str(tmp_path), train=3000, test=100, seed=0)
+    proc = upload(f"s3://{BUCKET}/cifar10", "--from", str(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == f"s3://{BUCKET}/cifar10/\n"  # stdout: the URI alone; the / keeps out sibling prefixes
+    with open(archive, "rb") as f:
+        assert contents(s3, "") == {f"cifar10/{make_dataset.ARCHIVE}": f.read()}
+
+
+def test_an_extracted_folder_goes_up_file_by_file(s3, archive_dir, tmp_path):
+    with tarfile.open(os.path.join(archive_dir, make_dataset.ARCHIVE)) as tar:
+        tar.extractall(tmp_path, filter="data")
+    proc = upload(f"s3://{BUCKET}/nested/cifar/", "--from", str(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == f"s3://{BUCKET}/nested/cifar/\n"
+    folder = tmp_path / make_dataset.FOLDER
+    expected = {f"nested/cifar/{make_dataset.FOLDER}/{p.name}": p.read_bytes() for p in folder.iterdir()}
+    assert len(expected) == 7 and contents(s3, "") == expected
+
+
+@pytest.mark.parametrize(
+    "case, destination, message",
+    [
+        ("no prefix", f"s3://{BUCKET}", "'s3://datasets' is not s3://bucket/prefix; "),
+        ("no bucket", "s3://no-such-bucket/cifar10", "bucket no-such-bucket does not exist; "),
+        ("no data", f"s3://{BUCKET}/cifar10", "holds neither cifar-10-python.tar.gz nor cifar-10-batches-py/; "),
+        ("prefix taken", f"s3://{BUCKET}/cifar10", f"s3://{BUCKET}/cifar10/ already holds objects, "),
+        ("no network", f"s3://{BUCKET}/cifar10", "cannot download CIFAR-10 ("),
+    ],
+)
+def test_bad_input_is_one_line_and_uploads_nothing(s3, archive_dir, tmp_path, free_port, case, destination, message):
+    args, env = ["--from", archive_dir], {}
+    if case == "no data":
+        args = ["--from", str(tmp_path)]
+    elif case == "prefix taken":
+        s3.put_object(Bucket=BUCKET, Key="cifar10/old-file", Body=b"stale")
+    elif case == "no network":  # no --from: the download's HTTPS goes to a closed port (moto is plain HTTP: not proxied)
+        closed = f"http://127.0.0.1:{free_port()}"
+        args, env = [], {"HTTPS_PROXY": closed, "https_proxy": closed}
+    before = contents(s3, "")
+    proc = upload(destination, *args, cwd=str(tmp_path), env=env)
+    assert proc.returncode == 1
+    assert proc.stderr.startswith("error: ") and message in proc.stderr, proc.stderr
+    assert proc.stderr.count("\n") == 1 and proc.stdout == "", proc.stderr
+    assert contents(s3, "") == before
+
+
+def test_without_credentials_it_stops_before_downloading(no_aws, tmp_path):
+    proc = upload("s3://any-bucket/cifar10", cwd=str(tmp_path))
+    assert (proc.returncode, proc.stdout, proc.stderr) == (1, "", f"error: no AWS credentials found; {aws_account.SETUP}\n")
+    assert not (tmp_path / "data").exists()
