@@ -16,7 +16,7 @@ DOCKER ?= $(shell for d in $$(which -a docker); do if $$d buildx version >/dev/n
   || $$d version -f '{{.Client.Version}}' 2>/dev/null | grep -qE '^(1[0-9]|2[0-2])\.'; then echo $$d; break; fi; done)
 PYTHON := .venv/bin/python
 # About 30 steps: enough for ~80% validation accuracy on the generated data, about a minute on 2 CPU cores
-DEMO_ARGS := trainer.max_epochs=1 trainer.accelerator=cpu data.batch_size=16 data.num_workers=1 optimizer.lr=0.02
+DEMO_ARGS := trainer.max_epochs=1 trainer.accelerator=cpu data.batch_size=16 optimizer.lr=0.02
 
 .PHONY: help install test build debian-base demo local clean
 
