@@ -8,7 +8,7 @@ each has its own start-up time and peak memory:
 on generated CIFAR-10-format data (scripts/make_dataset.py), one device. The last line is machine-readable:
   bench: baseline=<img/s> default=<img/s> model_only=<img/s> default/baseline=<x> default/model_only=<y>
 
-    python scripts/benchmark.py                                      # CPU: about 2 minutes on 2 cores
+    python scripts/benchmark.py                                      # CPU: one to two minutes on 2 cores
     python scripts/benchmark.py --train-images 50000 --warmup 30 --steps 300 --repeat 3   # a GPU
     python scripts/benchmark.py -- --model.compile true              # a switch, for default and model_only
 """
@@ -19,6 +19,7 @@ import os
 import subprocess
 import sys
 import tarfile
+import tempfile
 import time
 
 import make_dataset
@@ -91,7 +92,7 @@ def main() -> int:
     parser.add_argument("--data-root", default=os.path.join(ROOT, "data", "bench"), help="where generated data sets are kept")
     parser.add_argument("--warmup", type=int, default=3, help="steps before the clock starts (compilation happens there)")
     parser.add_argument("--steps", type=int, default=20, help="steps timed per path")
-    parser.add_argument("--batch-size", type=int, default=None, help="default and model_only batch size (default: trainer.yaml's)")
+    parser.add_argument("--batch-size", type=int, default=None, help="default and model_only batch size; none: trainer.yaml's")
     parser.add_argument("--repeat", type=int, default=1, help="fresh processes per path, interleaved; the fastest counts")
     parser.add_argument("train_args", nargs="*", help="app/train.py arguments for default and model_only, after --")
     args = parser.parse_args()
@@ -101,13 +102,13 @@ def main() -> int:
     common = ["--data.data_dir", data_dir, "--trainer.devices", "1"]
     default = common + (["--data.batch_size", str(args.batch_size)] if args.batch_size else []) + args.train_args
     train_args = {"baseline": common + BASELINE, "default": default, "model_only": default}
-    log_dir = os.path.join(args.data_root, "logs")
     results: dict[str, list[dict]] = {path: [] for path in PATHS}
-    for i in range(args.repeat):
-        for path in PATHS:  # interleaved: a slow spell on a shared machine hits every path alike
-            r = run(path, train_args[path], args.warmup, args.steps, log_dir)
-            results[path].append(r)
-            print(f"run {i + 1}/{args.repeat} {path}: {r['images_per_s']:.1f} images/s, first step after {r['first_step_s']:.1f} s", flush=True)
+    with tempfile.TemporaryDirectory() as log_dir:  # the runs' TensorBoard logs are of no further use
+        for i in range(args.repeat):
+            for path in PATHS:  # interleaved: a slow spell on a shared machine hits every path alike
+                r = run(path, train_args[path], args.warmup, args.steps, log_dir)
+                results[path].append(r)
+                print(f"run {i + 1}/{args.repeat} {path}: {r['images_per_s']:.1f} images/s, first step after {r['first_step_s']:.1f} s", flush=True)
     report(results, args, data_dir)
     return 0
 
