@@ -20,9 +20,9 @@ DOCKER ?= $(shell for d in $$(which -a docker); do if $$d buildx version >/dev/n
   || $$d version -f '{{.Client.Version}}' 2>/dev/null | grep -qE '^(1[0-9]|2[0-2])\.'; then echo $$d; break; fi; done)
 PYTHON := .venv/bin/python
 # About 30 steps: enough for ~80% validation accuracy on the generated data, about a minute on 2 CPU cores
-DEMO_ARGS := trainer.max_epochs=1 trainer.accelerator=cpu data.batch_size=16 data.num_workers=1 optimizer.lr=0.02
+DEMO_ARGS := trainer.max_epochs=1 trainer.accelerator=cpu data.batch_size=16 optimizer.lr=0.02
 
-.PHONY: help install test build push push-check debian-base demo local clean
+.PHONY: help install test bench build push push-check debian-base demo local clean
 
 help:  ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -36,6 +36,9 @@ install: .venv/.installed .venv-sdk3/.installed  ## Make .venv (SDK 2.x, tests) 
 
 test: install  ## Run every test tier: unit, toolkit, container (REQUIRE_ALL_TIERS=1: a skipped tier fails)
 	.venv/bin/pytest -rs
+
+bench: install  ## Training images/s: seed-tutorial baseline, default path, model alone (BENCH_ARGS="--repeat 3 ...")
+	$(PYTHON) scripts/benchmark.py $(BENCH_ARGS)
 
 build:  ## Build $(IMAGE):$(TAG) for FLAVOR=dlc|dlc-smddp|conda|pypi (BASE_IMAGE, PIP_CA_BUNDLE, DOCKER: see above)
 	@test -n "$(DOCKER)" || { echo "error: no docker client here runs BuildKit builds; install docker-buildx or set DOCKER=/path/to/docker" >&2; exit 1; }

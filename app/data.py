@@ -1,12 +1,15 @@
-"""CIFAR-10 as a LightningDataModule on torchvision.datasets.CIFAR10.
+"""CIFAR-10 as LightningDataModules on torchvision.datasets.CIFAR10: the files, the split, and the DataLoader path.
 
 `data_dir` holds either the extracted `cifar-10-batches-py/` or the official archive `cifar-10-python.tar.gz`
 (what users upload to S3). Files in the official format with other content (scripts/make_dataset.py) load too.
+CIFAR10Base finds, unpacks, reads, checks and splits the files; CIFAR10DataModule augments in DataLoader workers
+(PIL transforms), device_data.DeviceCIFAR10DataModule on the training device.
 
     python scripts/make_dataset.py synthetic data/synthetic
     python -c "import data; d = data.CIFAR10DataModule('data/synthetic'); d.prepare_data(); d.setup('fit'); print(len(d.train_set))"
 """
 
+import copy
 import hashlib
 import os
 import pickle
@@ -28,6 +31,8 @@ ARCHIVE = "cifar-10-python.tar.gz"
 FOLDER = "cifar-10-batches-py"
 MEAN = (0.4914, 0.4822, 0.4465)  # per-channel mean of the CIFAR-10 training images
 STD = (0.2470, 0.2435, 0.2616)  # per-channel standard deviation of the same
+SIZE = 32  # image height and width
+PAD = 4  # training crops: SIZE×SIZE out of the image padded with PAD black pixels on each side
 
 
 class CIFAR10Files(torchvision.datasets.CIFAR10):
@@ -38,12 +43,16 @@ class CIFAR10Files(torchvision.datasets.CIFAR10):
     meta = {**torchvision.datasets.CIFAR10.meta, "md5": None}
 
 
-class CIFAR10DataModule(pl.LightningDataModule):
+class CIFAR10Base(pl.LightningDataModule):
+    """What every CIFAR-10 pipeline shares: finding, unpacking, reading, checking and splitting the files.
+
+    Subclasses turn the raw images (uint8, N×32×32×3) of a split into datasets (`_subset`) and batches.
+    """
+
     def __init__(
         self,
         data_dir: str = "data/cifar10",
         batch_size: int = 128,
-        num_workers: int = 4,
         val_split: int | float = 0.1,
         num_classes: int = 10,
         download: bool = False,
@@ -53,23 +62,18 @@ class CIFAR10DataModule(pl.LightningDataModule):
         Args:
             data_dir: directory with cifar-10-batches-py/ or cifar-10-python.tar.gz.
             batch_size: images per batch on each process.
-            num_workers: DataLoader worker processes per training process.
             val_split: images held out of the training set for validation: a fraction, a count, or 0 for the test set.
             num_classes: number of classes (labels must be below it).
             download: fetch the official CIFAR-10 into data_dir when it holds no data (needs internet).
-            seed: seed of the train/validation split.
+            seed: seed of the train/validation split (DeviceCIFAR10DataModule: also of its shuffling and crops).
         """
         super().__init__()
         self.data_dir = data_dir
         self.batch_size = batch_size
-        self.num_workers = num_workers
         self.val_split = val_split
         self.num_classes = num_classes
         self.download = download
         self.seed = seed
-        normalize = T.Normalize(MEAN, STD)
-        self.train_transform = T.Compose([T.RandomCrop(32, padding=4), T.RandomHorizontalFlip(), T.ToTensor(), normalize])
-        self.eval_transform = T.Compose([T.ToTensor(), normalize])
 
     def _extract_dir(self) -> str:
         """Where this node unpacks the archive: outside data_dir, which may be read-only or the user's own folder."""
@@ -121,7 +125,7 @@ class CIFAR10DataModule(pl.LightningDataModule):
         os.makedirs(target, exist_ok=True)
         os.replace(staging, os.path.join(target, FOLDER))  # atomic: other ranks see all files or none
 
-    def _dataset(self, train: bool, transform) -> CIFAR10Files:
+    def _dataset(self, train: bool, transform=None) -> CIFAR10Files:
         root = self._root()
         if root is None:
             self.prepare_data()  # setup() without prepare_data(), as in a notebook
@@ -134,21 +138,46 @@ class CIFAR10DataModule(pl.LightningDataModule):
             raise UserError(f"labels in {os.path.join(root, FOLDER)} must lie in 0..{self.num_classes - 1}")
         return dataset
 
+    def _subset(self, files: CIFAR10Files, indices: list[int] | None, augment: bool):
+        """The images of `files` at `indices` (None: all) as this pipeline's dataset, augmented for training or not."""
+        raise NotImplementedError
+
     def setup(self, stage: str) -> None:
         if stage == "fit" or stage == "validate":
-            train_full = self._dataset(True, self.train_transform)
-            n = len(train_full)
+            train_files = self._dataset(True)
+            n = len(train_files)
             n_val = int(self.val_split * n) if isinstance(self.val_split, float) else self.val_split
             if not 0 <= n_val < n:
                 raise UserError(f"data.val_split={self.val_split} leaves no training images out of {n}")
             if n_val == 0:
-                self.train_set, self.val_set = train_full, self._dataset(False, self.eval_transform)
+                self.train_set = self._subset(train_files, None, True)
+                self.val_set = self._subset(self._dataset(False), None, False)
             else:
                 order = torch.randperm(n, generator=torch.Generator().manual_seed(self.seed)).tolist()
-                self.train_set = Subset(train_full, order[n_val:])
-                self.val_set = Subset(self._dataset(True, self.eval_transform), order[:n_val])
+                self.train_set = self._subset(train_files, order[n_val:], True)
+                self.val_set = self._subset(train_files, order[:n_val], False)
         if stage == "test":
-            self.test_set = self._dataset(False, self.eval_transform)
+            self.test_set = self._subset(self._dataset(False), None, False)
+
+
+class CIFAR10DataModule(CIFAR10Base):
+    """The DataLoader path: PIL transforms in worker processes, batches copied to the device by Lightning."""
+
+    def __init__(self, *args, num_workers: int = 4, **kwargs):
+        """
+        Args:
+            num_workers: DataLoader worker processes per training process.
+        """
+        super().__init__(*args, **kwargs)
+        self.num_workers = num_workers
+        normalize = T.Normalize(MEAN, STD)
+        self.train_transform = T.Compose([T.RandomCrop(SIZE, padding=PAD), T.RandomHorizontalFlip(), T.ToTensor(), normalize])
+        self.eval_transform = T.Compose([T.ToTensor(), normalize])
+
+    def _subset(self, files: CIFAR10Files, indices: list[int] | None, augment: bool):
+        dataset = copy.copy(files)  # shares the images with `files`; only the transform is its own
+        dataset.transform = self.train_transform if augment else self.eval_transform
+        return dataset if indices is None else Subset(dataset, indices)
 
     def _loader(self, dataset, shuffle: bool) -> DataLoader:
         return DataLoader(

@@ -33,23 +33,37 @@ def build_network(arch: str, num_classes: int, cifar_stem: bool) -> nn.Module:
 
 
 class ImageClassifier(pl.LightningModule):
-    def __init__(self, arch: str = "resnet18", num_classes: int = 10, cifar_stem: bool = True):
+    def __init__(
+        self,
+        arch: str = "resnet18",
+        num_classes: int = 10,
+        cifar_stem: bool = True,
+        channels_last: bool = False,
+        compile: bool = False,
+    ):
         """
         Args:
             arch: torchvision model name (torchvision.models.list_models()).
             num_classes: number of output classes; linked from the data module.
             cifar_stem: for ResNets, the 3×3 stride-1 stem without max-pool made for 32×32 images.
+            channels_last: weights and inputs in NHWC memory order, the one fast convolution kernels read.
+            compile: run the network through torch.compile (the first steps compile it).
         """
         super().__init__()
         self.save_hyperparameters()
         self.net = build_network(arch, num_classes, cifar_stem)
-        # Metrics reduce by sum and count across ranks, never by ReduceOp.AVG (which SMDDP rejects)
-        self.train_acc = MulticlassAccuracy(num_classes, average="micro")
+        self.memory_format = torch.channels_last if channels_last else torch.contiguous_format
+        self.net.to(memory_format=self.memory_format)
+        if compile:
+            self.net.compile()  # in place: the weights keep their names, so model.pt loads into an uncompiled network
+        # Metrics reduce by sum and count across ranks, never by ReduceOp.AVG (which SMDDP rejects). The training
+        # metric skips its input checks: they read values back from the device, a GPU stall on every step
+        self.train_acc = MulticlassAccuracy(num_classes, average="micro", validate_args=False)
         self.val_acc = MulticlassAccuracy(num_classes, average="micro")
         self.val_loss = MeanMetric()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.net(x)
+        return self.net(x.contiguous(memory_format=self.memory_format))  # no copy when x is in that order already
 
     def training_step(self, batch, batch_idx):
         x, y = batch
@@ -73,7 +87,9 @@ class ImageClassifier(pl.LightningModule):
         """The trained model from a job's model directory (model.tar.gz unpacked): config.yaml + model.pt."""
         with open(os.path.join(model_dir, "config.yaml")) as f:
             config = yaml.safe_load(f)
-        # num_classes is linked from the data module (train.py), so the config holds it there
-        model = cls(**config["model"], num_classes=config["data"]["init_args"]["num_classes"])
+        # num_classes is linked from the data module (train.py), so the config holds it there; compiling is for
+        # training speed, and a loaded model answers its first call at once without it
+        settings = {**config["model"], "num_classes": config["data"]["init_args"]["num_classes"], "compile": False}
+        model = cls(**settings)
         model.load_state_dict(torch.load(os.path.join(model_dir, "model.pt"), map_location="cpu", weights_only=True))
         return model.eval()

@@ -29,7 +29,8 @@ from pytorch_lightning.utilities.exceptions import MisconfigurationException, SI
 import sagemaker_env
 from callbacks import LinearLRScaling, LogLines, RankReport
 from checkpoints import AtomicCheckpointIO, LastCheckpoint
-from data import CIFAR10DataModule
+from data import CIFAR10Base
+from device_data import DeviceCIFAR10DataModule  # noqa: F401 (imported, so that --data finds it by its short name)
 from failure import UserError, report
 from model import ImageClassifier
 
@@ -105,8 +106,11 @@ def export(trainer: pl.Trainer, model: ImageClassifier, config_yaml: str, model_
 
 
 def argument_problem(message: str) -> str:
-    """jsonargparse's nested union errors boiled down to `key=value is not valid (expected type)`."""
+    """jsonargparse's nested union errors boiled down to `key=value is not valid (expected type)` or `key.option is not accepted by class`."""
     keys = re.findall(r'Parser key "([^"]+)"', message)
+    option = re.search(r"class_path '([\w.]+)':\s*Option '(\w+)' is not accepted", message)
+    if keys and option:  # e.g. --data.num_workers, an option of CIFAR10DataModule, given to DeviceCIFAR10DataModule
+        return f"{'.'.join(keys)}.{option.group(2)} is not accepted by {option.group(1)}"
     value = re.search(r"(?:Got|Given) value: (.*?)(?: - |$)", message, re.M)
     if not keys or not value:
         return message  # e.g. "Unrecognized arguments: --trainer.max_epochz 1" says it already
@@ -118,7 +122,7 @@ def build_cli(argv: list[str]) -> CLI:
     """Parse trainer.yaml, then SageMaker's settings, then argv (later wins), and instantiate everything."""
     return CLI(
         ImageClassifier,
-        CIFAR10DataModule,
+        CIFAR10Base,  # --data picks a pipeline by class name: DeviceCIFAR10DataModule or CIFAR10DataModule
         subclass_mode_data=True,
         args=sagemaker_env.trainer_args(os.environ, argv) + argv,
         run=False,

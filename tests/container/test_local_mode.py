@@ -11,7 +11,7 @@ from model import ImageClassifier
 pytestmark = pytest.mark.container
 
 TINY = ["trainer.max_epochs=1", "trainer.limit_train_batches=2", "trainer.limit_val_batches=1", "trainer.accelerator=cpu",
-        "trainer.enable_progress_bar=False", "data.batch_size=16", "data.num_workers=0"]  # fmt: skip
+        "trainer.enable_progress_bar=False", "data.batch_size=16"]  # fmt: skip
 
 
 def model_tar(output: str) -> str:

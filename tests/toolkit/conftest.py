@@ -26,7 +26,6 @@ def tiny() -> dict[str, str]:
         "trainer.limit_val_batches": "1",
         "trainer.enable_progress_bar": "False",
         "data.batch_size": "16",
-        "data.num_workers": "0",
     }
 
 

@@ -13,6 +13,7 @@ from sagemaker_training import environment, mapping
 
 import train
 from data import CIFAR10DataModule
+from device_data import DeviceCIFAR10DataModule
 
 # The seed tutorial's Estimator hyperparameters, unchanged
 SEED_TUTORIAL = {
@@ -55,6 +56,16 @@ def test_seed_tutorial_hyperparameters_work_unchanged(as_sagemaker, archive_dir)
     assert cli.trainer.logger.name == "tutorial"
 
 
+def test_default_is_the_device_pipeline_and_the_dataloader_one_keeps_earlier_settings(archive_dir):
+    cli = build(["--data.data_dir", archive_dir])
+    assert type(cli.datamodule) is DeviceCIFAR10DataModule and cli.datamodule.batch_size == 128
+    assert cli.model.hparams.channels_last is True and cli.trainer.precision == "bf16-mixed"
+    # SageMaker's data_dir comes before the hyperparameters: picking the other class must not drop it
+    cli = build(["--data.data_dir", archive_dir, "--data", "CIFAR10DataModule", "--data.num_workers", "1"])
+    assert type(cli.datamodule) is CIFAR10DataModule and cli.datamodule.data_dir == archive_dir
+    assert cli.datamodule.num_workers == 1 and cli.datamodule.batch_size == 128
+
+
 def test_booleans_and_none_as_sagemaker_delivers_them(as_sagemaker, archive_dir):
     argv = as_sagemaker(
         {
@@ -93,6 +104,7 @@ def test_num_classes_is_linked_from_the_data_module(archive_dir):
     [
         ({"trainer.max_epochz": 1}, "unrecognized arguments: --trainer.max_epochz 1"),
         ({"data.batch_size": "abc"}, "data.batch_size=abc is not valid (expected int)"),
+        ({"data.num_workers": 2}, "data.num_workers is not accepted by device_data.DeviceCIFAR10DataModule"),
         ({"optimizer": "NoSuchOptimizer"}, "optimizer=NoSuchOptimizer is not valid"),
         ({"trainer.accelerator": "gpu"}, "trainer.accelerator asks for a GPU but this instance has none"),
         ({"model.arch": "resnet1000"}, "model.arch='resnet1000' is not a torchvision classification model"),

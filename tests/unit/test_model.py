@@ -39,3 +39,26 @@ def test_from_model_dir_round_trip(tmp_path):
     loaded = model.ImageClassifier.from_model_dir(str(tmp_path))
     x = torch.randn(2, 3, 32, 32)
     assert torch.equal(loaded(x), trained.eval()(x))
+
+
+def test_channels_last_changes_the_memory_order_not_the_function():
+    torch.manual_seed(0)
+    plain = model.ImageClassifier("resnet18").eval()
+    fast = model.ImageClassifier("resnet18", channels_last=True).eval()
+    fast.load_state_dict(plain.state_dict())
+    assert fast.net.conv1.weight.is_contiguous(memory_format=torch.channels_last)
+    x = torch.randn(2, 3, 32, 32)
+    torch.testing.assert_close(fast(x), plain(x), rtol=1e-4, atol=1e-4)
+
+
+def test_compiled_weights_keep_their_names(tmp_path):
+    """model.pt of a compiled run loads into an uncompiled model (torch.compile's wrapper would prefix _orig_mod.)."""
+    compiled = model.ImageClassifier("resnet18", num_classes=7, compile=True)
+    assert list(compiled.state_dict()) == list(model.ImageClassifier("resnet18", num_classes=7).state_dict())
+    torch.save(compiled.state_dict(), tmp_path / "model.pt")
+    (tmp_path / "config.yaml").write_text(
+        "model:\n  arch: resnet18\n  cifar_stem: true\n  channels_last: true\n  compile: true\n"
+        "data:\n  class_path: device_data.DeviceCIFAR10DataModule\n  init_args:\n    num_classes: 7\n"
+    )
+    loaded = model.ImageClassifier.from_model_dir(str(tmp_path))
+    assert loaded.hparams.compile is False and loaded.hparams.channels_last is True
