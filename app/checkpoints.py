@@ -28,12 +28,20 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         if "://" in path:
             return super().save_checkpoint(checkpoint, path, storage_options)
         partial = os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.partial")
-        super().save_checkpoint(checkpoint, partial, storage_options)
+        try:
+            super().save_checkpoint(checkpoint, partial, storage_options)
+        except BaseException:
+            if os.path.exists(partial):
+                os.remove(partial)
+            raise
         os.replace(partial, path)
 
 
 def rng_states() -> dict:
-    states = {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}
+    """Tensors and plain values only: Lightning loads checkpoints with torch.load(weights_only=True)."""
+    kind, keys, position, has_gauss, gauss = np.random.get_state()
+    states = {"torch": torch.get_rng_state(), "numpy": [kind, torch.from_numpy(keys.copy()), position, has_gauss, gauss],
+              "python": random.getstate()}  # fmt: skip
     if torch.cuda.is_available():
         states["cuda"] = torch.cuda.get_rng_state_all()
     return states
@@ -41,7 +49,8 @@ def rng_states() -> dict:
 
 def set_rng_states(states: dict) -> None:
     torch.set_rng_state(states["torch"])
-    np.random.set_state(states["numpy"])
+    kind, keys, position, has_gauss, gauss = states["numpy"]
+    np.random.set_state((kind, keys.numpy(), position, has_gauss, gauss))
     random.setstate(states["python"])
     if "cuda" in states and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(states["cuda"])

@@ -11,6 +11,7 @@ CIFAR10Base finds, unpacks, reads, checks and splits the files; CIFAR10DataModul
 
 import copy
 import hashlib
+import itertools
 import os
 import pickle
 import shutil
@@ -22,7 +23,7 @@ import zlib
 import pytorch_lightning as pl
 import torch
 import torchvision
-from torch.utils.data import DataLoader, Subset
+from torch.utils.data import DataLoader, DistributedSampler, Subset
 from torchvision import transforms as T
 
 from failure import UserError
@@ -41,6 +42,66 @@ class CIFAR10Files(torchvision.datasets.CIFAR10):
     train_list = [[name, None] for name, _ in torchvision.datasets.CIFAR10.train_list]
     test_list = [[name, None] for name, _ in torchvision.datasets.CIFAR10.test_list]
     meta = {**torchvision.datasets.CIFAR10.meta, "md5": None}
+
+
+class ResumableEpoch:
+    """A training iterable that resumes mid-epoch where a checkpoint left it. Lightning saves its state_dict() in
+    each checkpoint and gives it back on resume; the next epoch iterated then skips the batches already trained on.
+    The order is the same: the sampler's permutation depends only on its seed and epoch. Handed out means trained
+    on: Lightning takes no batches ahead from an iterable whose length it knows."""
+
+    sampler: DistributedSampler
+    _skip_next = 0  # batches to skip in the next epoch iterated: set by load_state_dict
+    _handed_out = 0  # batches handed out in the current epoch
+
+    def state_dict(self) -> dict:
+        return {"epoch": self.sampler.epoch, "batches": self._handed_out}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.sampler.set_epoch(state["epoch"])
+        self._skip_next = state["batches"]
+
+    def _start_epoch(self) -> int:
+        """How many batches this epoch skips (0 but right after a resume)."""
+        skip, self._skip_next = self._skip_next, 0
+        self._handed_out = skip
+        return skip
+
+    def _hand_out(self, batch):
+        self._handed_out += 1
+        return batch
+
+
+class SkipFirst:
+    """A batch sampler that leaves out the first `n` batches of its first iteration only (persistent DataLoader
+    workers keep iterating the same batch sampler epoch after epoch)."""
+
+    def __init__(self, batches, n: int):
+        self.batches, self.n = batches, n
+
+    def __len__(self) -> int:
+        return len(self.batches) - self.n
+
+    def __iter__(self):
+        n, self.n = self.n, 0
+        return itertools.islice(iter(self.batches), n, None)
+
+
+class ResumableDataLoader(ResumableEpoch, DataLoader):
+    """A DataLoader that resumes mid-epoch: the batches already trained on are skipped as indices, never loaded."""
+
+    _skipping = 0
+
+    @property
+    def _index_sampler(self):
+        batches = super()._index_sampler
+        return SkipFirst(batches, self._skipping) if self._skipping else batches
+
+    def __iter__(self):
+        self._skipping = self._start_epoch()
+        iterator = super().__iter__()  # takes _index_sampler now
+        self._skipping = 0
+        return map(self._hand_out, iterator)
 
 
 class CIFAR10Base(pl.LightningDataModule):
@@ -142,6 +203,13 @@ class CIFAR10Base(pl.LightningDataModule):
         """The images of `files` at `indices` (None: all) as this pipeline's dataset, augmented for training or not."""
         raise NotImplementedError
 
+    def sampler(self, dataset, train: bool) -> DistributedSampler:
+        """This process's share, made here rather than by Lightning (which would rebuild the loader around its own):
+        for training one seeded permutation per epoch, the same on every rank, of which rank r takes every
+        world_size-th index; full batches only, so every rank takes the same number of steps."""
+        rank, world = (self.trainer.global_rank, self.trainer.world_size) if self.trainer else (0, 1)
+        return DistributedSampler(dataset, num_replicas=world, rank=rank, shuffle=train, seed=self.seed, drop_last=train)
+
     def setup(self, stage: str) -> None:
         if stage == "fit" or stage == "validate":
             train_files = self._dataset(True)
@@ -179,22 +247,22 @@ class CIFAR10DataModule(CIFAR10Base):
         dataset.transform = self.train_transform if augment else self.eval_transform
         return dataset if indices is None else Subset(dataset, indices)
 
-    def _loader(self, dataset, shuffle: bool) -> DataLoader:
-        return DataLoader(
+    def _loader(self, dataset, train: bool) -> DataLoader:
+        return (ResumableDataLoader if train else DataLoader)(
             dataset,
             batch_size=self.batch_size,
-            shuffle=shuffle,
+            sampler=self.sampler(dataset, train),
             num_workers=self.num_workers,
             persistent_workers=self.num_workers > 0,
             pin_memory=torch.cuda.is_available(),
-            drop_last=shuffle,  # equal batches on every rank: no tiny last step with its own noisy gradient
+            drop_last=train,  # equal batches on every rank: no tiny last step with its own noisy gradient
         )
 
     def train_dataloader(self) -> DataLoader:
-        return self._loader(self.train_set, shuffle=True)
+        return self._loader(self.train_set, train=True)
 
     def val_dataloader(self) -> DataLoader:
-        return self._loader(self.val_set, shuffle=False)
+        return self._loader(self.val_set, train=False)
 
     def test_dataloader(self) -> DataLoader:
-        return self._loader(self.test_set, shuffle=False)
+        return self._loader(self.test_set, train=False)

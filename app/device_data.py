@@ -18,7 +18,7 @@ import torch
 from torch.nn import functional as F
 from torch.utils.data import DistributedSampler
 
-from data import MEAN, PAD, SIZE, STD, CIFAR10Base, CIFAR10Files
+from data import MEAN, PAD, SIZE, STD, CIFAR10Base, CIFAR10Files, ResumableEpoch
 from failure import UserError
 
 
@@ -59,7 +59,7 @@ def normalize(images: torch.Tensor, mean: torch.Tensor, std: torch.Tensor) -> to
     return (images.permute(0, 3, 1, 2).float() / 255 - mean) / std
 
 
-class DeviceBatches:
+class DeviceBatches(ResumableEpoch):
     """One process's batches of one split, made on the device where its images are.
 
     Lightning hands an iterable that is not a DataLoader to the loop untouched (it injects no DistributedSampler)
@@ -89,20 +89,19 @@ class DeviceBatches:
         else:  # the crop at (PAD, PAD) of the padded image is the image itself
             dy = dx = torch.full_like(index, PAD)
             flip = torch.zeros_like(index, dtype=torch.bool)
-        for start in range(0, len(self) * self.batch_size, self.batch_size):
+        skip = self._start_epoch() if self.train else 0  # resuming mid-epoch: the same crops, from where it stopped
+        for start in range(skip * self.batch_size, len(self) * self.batch_size, self.batch_size):
             b = slice(start, start + self.batch_size)
             crops = crop_flip(self.images.padded, index[b], dy[b], dx[b], flip[b])
-            yield normalize(crops, self.mean, self.std), self.images.labels[index[b]]
+            yield self._hand_out((normalize(crops, self.mean, self.std), self.images.labels[index[b]]))
 
 
 class DeviceCIFAR10DataModule(CIFAR10Base):
     """CIFAR-10 on each process's training device, augmented there per batch (see the module's docstring)."""
 
     def setup(self, stage: str) -> None:
-        # this process's device and rank are known once the trainer is set up; without a trainer: the CPU, alone
-        trainer = self.trainer
-        self.device = trainer.strategy.root_device if trainer else torch.device("cpu")
-        self.rank, self.world_size = (trainer.global_rank, trainer.world_size) if trainer else (0, 1)
+        # this process's device is known once the trainer is set up; without a trainer: the CPU
+        self.device = self.trainer.strategy.root_device if self.trainer else torch.device("cpu")
         super().setup(stage)
 
     def _subset(self, files: CIFAR10Files, indices: list[int] | None, augment: bool) -> DeviceImages:
@@ -111,14 +110,12 @@ class DeviceCIFAR10DataModule(CIFAR10Base):
         return to_device(files.data[take], np.asarray(files.targets)[take], self.device)
 
     def _batches(self, images: DeviceImages, train: bool) -> DeviceBatches:
-        sampler = DistributedSampler(
-            range(len(images)), num_replicas=self.world_size, rank=self.rank, shuffle=train, seed=self.seed, drop_last=train
-        )
+        sampler = self.sampler(range(len(images)), train)
         batches = DeviceBatches(images, self.batch_size, sampler, train)
         if train and len(batches) == 0:
             raise UserError(
                 f"data.batch_size={self.batch_size} is more than the {len(sampler)} training images of each of "
-                f"{self.world_size} processes; lower it"
+                f"{sampler.num_replicas} processes; lower it"
             )
         return batches
 

@@ -10,8 +10,10 @@ class KillRank(pl.Callback):
     """SIGKILL one rank at one step: what the kernel's out-of-memory killer does to a process."""
 
     def __init__(self, rank: int = 1, step: int = 2):
+        """rank: the global rank to kill (in a one-process job, the only one); step: at the start of which step."""
         self.rank, self.step = rank, step
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
-        if trainer.global_rank == self.rank and trainer.global_step == self.step:
+        rank = 0 if trainer.world_size == 1 else self.rank  # the only process of a one-process job
+        if trainer.global_rank == rank and trainer.global_step == self.step:
             os.kill(os.getpid(), signal.SIGKILL)

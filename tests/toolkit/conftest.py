@@ -3,6 +3,7 @@
 SAGEMAKER_BASE_DIR moves the toolkit's /opt/ml; the toolkit reads the same three JSON files SageMaker writes.
 """
 
+import itertools
 import json
 import os
 import shutil
@@ -76,10 +77,12 @@ def make_opt_ml(base, hosts, current, hyperparameters, channels, interface="lo")
 def run_hosts(tmp_path, free_port):
     """Run `train` for each host of one job at the same time; return what each did."""
 
+    jobs = itertools.count()
+
     def run(hosts, hyperparameters, channels, current_hosts=None, env=None, timeout=300) -> list[Host]:
-        port, procs = str(free_port()), []
+        port, procs, job = str(free_port()), [], next(jobs)
         for i, current in enumerate(current_hosts or hosts):
-            base = str(tmp_path / f"host{i}")
+            base = str(tmp_path / f"job{job}" / f"host{i}")
             make_opt_ml(base, hosts, current, hyperparameters, channels)
             proc_env = {**os.environ, "SAGEMAKER_BASE_DIR": base, "SAGEMAKER_PROGRAM": "launch.py", "MASTER_PORT": port, **(env or {})}
             procs.append((base, time.monotonic(), subprocess.Popen([TRAIN], env=proc_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)))

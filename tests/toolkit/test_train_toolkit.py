@@ -150,3 +150,33 @@ def test_smddp_without_the_library_is_named(run_hosts, archive_dir, tiny):
     (host,) = run_hosts(["localhost"], {**tiny, **SMDDP}, {"training": archive_dir})
     assert host.returncode != 0
     assert "the job enables SMDDP (smdistributed dataparallel) but this image has no smdistributed" in host.failure
+
+
+PIPELINES = {  # data module hyperparameters, and whether a resumed run must end with the very same weights
+    "device-resident": ({}, True),
+    "DataLoader, no workers": ({"data": "CIFAR10DataModule", "data.num_workers": 0}, True),
+    # workers draw their augmentation from seeds made when their iterator starts: the order resumes, the crops differ
+    "DataLoader, 2 workers": ({"data": "CIFAR10DataModule", "data.num_workers": 2}, False),
+}
+
+
+@pytest.mark.parametrize("pipeline", PIPELINES)
+def test_a_killed_run_resumes_mid_epoch(run_hosts, archive_dir, tiny, tmp_path, pipeline):
+    """SIGKILL at step 5 (last.ckpt at step 4, mid-epoch), run again: it resumes at step 4 and ends at the step of an
+    uninterrupted run; on the exact pipelines with the same weights."""
+    data, exact = PIPELINES[pipeline]
+    hps = {**tiny, **data, "trainer.max_epochs": 2, "trainer.limit_train_batches": 6, "last_checkpoint_every_n_steps": 2}
+    (uninterrupted,) = run_hosts(["localhost"], hps, {"training": archive_dir})
+    expected = re.search(r"weights (\w+) at step (\d+)", uninterrupted.output).groups()
+    assert expected[1] == "12", uninterrupted.output[-3000:]
+
+    ckpts = str(tmp_path / "checkpoints")
+    hps = {**hps, "checkpoint.dirpath": ckpts}
+    kill = {"trainer.callbacks+": "faults.KillRank", "trainer.callbacks.step": 5}  # init_args of the callback just added
+    (killed,) = run_hosts(["localhost"], {**hps, **kill}, {"training": archive_dir}, env={"PYTHONPATH": PLUGINS})
+    assert killed.returncode != 0 and "saved last.ckpt at epoch 0 step 4" in killed.output
+    (resumed,) = run_hosts(["localhost"], hps, {"training": archive_dir})
+    assert resumed.returncode == 0, resumed.output[-3000:]
+    assert "resuming at epoch 0 step 4 from last.ckpt" in resumed.output
+    digest, step = re.search(r"weights (\w+) at step (\d+)", resumed.output).groups()
+    assert step == expected[1] and (digest == expected[0]) == exact
