@@ -22,7 +22,7 @@ PYTHON := .venv/bin/python
 # About 30 steps: enough for ~80% validation accuracy on the generated data, about a minute on 2 CPU cores
 DEMO_ARGS := trainer.max_epochs=1 trainer.accelerator=cpu data.batch_size=16 optimizer.lr=0.02
 
-.PHONY: help install test bench build push push-check debian-base demo local clean
+.PHONY: help install test bench bench-startup build push push-check debian-base demo local clean
 
 help:  ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -39,6 +39,9 @@ test: install  ## Run every test tier: unit, toolkit, container (REQUIRE_ALL_TIE
 
 bench: install  ## Training images/s: seed-tutorial baseline, default path, model alone (BENCH_ARGS="--repeat 3 ...")
 	$(PYTHON) scripts/benchmark.py $(BENCH_ARGS)
+
+bench-startup: install  ## Seconds from docker run to the first optimizer step in $(IMAGE):$(TAG), as SageMaker starts it
+	$(PYTHON) scripts/startup.py --image $(IMAGE):$(TAG)
 
 build:  ## Build $(IMAGE):$(TAG) for FLAVOR=dlc|dlc-smddp|conda|pypi (BASE_IMAGE, PIP_CA_BUNDLE, DOCKER: see above)
 	@test -n "$(DOCKER)" || { echo "error: no docker client here runs BuildKit builds; install docker-buildx or set DOCKER=/path/to/docker" >&2; exit 1; }

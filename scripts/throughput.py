@@ -14,7 +14,6 @@ import itertools
 import json
 import os
 import platform
-import resource
 import sys
 import time
 
@@ -106,6 +105,13 @@ def hardware() -> dict:
     }
 
 
+def peak_rss_mib() -> float:
+    """This process's peak resident memory: VmHWM, which starts afresh at exec; ru_maxrss would carry over the
+    peak of the parent that forked this process (the benchmark, holding the generated data)."""
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmHWM:")) / 1024  # kB
+
+
 def measure(train_args: list[str], warmup: int, steps: int, started: float, model_only: bool) -> dict | None:
     # validation and checkpoints are per-epoch work: off, so that an epoch's end inside the timed steps adds nothing
     cli = train.build_cli(
@@ -127,7 +133,7 @@ def measure(train_args: list[str], warmup: int, steps: int, started: float, mode
     return {
         "images_per_s": meter.images / meter.seconds,
         "first_step_s": meter.first_step_s,
-        "peak_host_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,  # kilobytes on Linux
+        "peak_host_mib": peak_rss_mib(),
         "peak_device_mib": torch.cuda.max_memory_allocated(device) / 2**20 if device.type == "cuda" else None,
         "device": str(device),
         "batch_size": cli.datamodule.batch_size,
