@@ -52,6 +52,8 @@ MODES = {  # name: (SDK, run_sagemaker.py options)
     "v2, LAUNCHER=torchrun (c10d)": ("v2", ["--launcher", "torchrun"]),
     "v3, torch_distributed (the toolkit's torchrun)": ("v3", ["--distribution", "torch_distributed"]),
     "v2, mpi (mpirun over ssh)": ("v2", ["--distribution", "mpi"]),
+    # the toolkit hands mpirun the interface v3 names ("ethwe"): the image's entrypoint repairs it first
+    "v3, mpi (mpirun over ssh)": ("v3", ["--distribution", "mpi"]),
     "v2, pytorchddp (mpirun, SMDataParallel runner)": ("v2", ["--distribution", "pytorchddp"]),
 }
 
