@@ -203,6 +203,19 @@ class CIFAR10Base(pl.LightningDataModule):
         """The images of `files` at `indices` (None: all) as this pipeline's dataset, augmented for training or not."""
         raise NotImplementedError
 
+    def _loader(self, dataset, train: bool):
+        """This pipeline's batches of `dataset` (a `_subset`): shuffled and augmented for training or not."""
+        raise NotImplementedError
+
+    def train_dataloader(self):
+        return self._loader(self.train_set, train=True)
+
+    def val_dataloader(self):
+        return self._loader(self.val_set, train=False)
+
+    def test_dataloader(self):
+        return self._loader(self.test_set, train=False)
+
     def sampler(self, dataset, train: bool) -> DistributedSampler:
         """This process's share, made here rather than by Lightning (which would rebuild the loader around its own):
         for training one seeded permutation per epoch, the same on every rank, of which rank r takes every
@@ -257,12 +270,3 @@ class CIFAR10DataModule(CIFAR10Base):
             pin_memory=torch.cuda.is_available(),
             drop_last=train,  # equal batches on every rank: no tiny last step with its own noisy gradient
         )
-
-    def train_dataloader(self) -> DataLoader:
-        return self._loader(self.train_set, train=True)
-
-    def val_dataloader(self) -> DataLoader:
-        return self._loader(self.val_set, train=False)
-
-    def test_dataloader(self) -> DataLoader:
-        return self._loader(self.test_set, train=False)

@@ -109,7 +109,7 @@ class DeviceCIFAR10DataModule(CIFAR10Base):
         take = slice(None) if indices is None else indices
         return to_device(files.data[take], np.asarray(files.targets)[take], self.device)
 
-    def _batches(self, images: DeviceImages, train: bool) -> DeviceBatches:
+    def _loader(self, images: DeviceImages, train: bool) -> DeviceBatches:
         sampler = self.sampler(range(len(images)), train)
         batches = DeviceBatches(images, self.batch_size, sampler, train)
         if train and len(batches) == 0:
@@ -118,12 +118,3 @@ class DeviceCIFAR10DataModule(CIFAR10Base):
                 f"{sampler.num_replicas} processes; lower it"
             )
         return batches
-
-    def train_dataloader(self) -> DeviceBatches:
-        return self._batches(self.train_set, train=True)
-
-    def val_dataloader(self) -> DeviceBatches:
-        return self._batches(self.val_set, train=False)
-
-    def test_dataloader(self) -> DeviceBatches:
-        return self._batches(self.test_set, train=False)
