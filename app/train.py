@@ -181,13 +181,11 @@ def main(argv: list[str] | None = None) -> int:
     except torch.OutOfMemoryError as e:
         return report(f"out of GPU memory ({str(e).splitlines()[0]}); lower data.batch_size, "
                       "the batch of each process, or use an instance with more GPU memory")  # fmt: skip
-    except (torch.distributed.DistError, RuntimeError) as e:
-        if sagemaker_env.in_sagemaker(os.environ) and (line := sagemaker_env.peer_failure(os.environ, str(e), socket.gethostbyname)):
-            return report(line)
-        traceback.print_exc()
-        return report(f"{type(e).__name__}: {e}")
     except Exception as e:
-        traceback.print_exc()
+        lost_peer = isinstance(e, (torch.distributed.DistError, RuntimeError)) and sagemaker_env.in_sagemaker(os.environ)
+        if lost_peer and (line := sagemaker_env.peer_failure(os.environ, str(e), socket.gethostbyname)):
+            return report(line)
+        traceback.print_exc()  # unforeseen: the traceback, then the one line
         return report(f"{type(e).__name__}: {e}")
     return 0
 

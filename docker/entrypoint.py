@@ -28,10 +28,9 @@ import time
 
 import yaml
 
+CODE = "/opt/ml/code"  # the app: trainer.yaml, and failure.py for the one-line failure contract
 RESOURCE_CONFIG = "/opt/ml/input/config/resourceconfig.json"
 HYPERPARAMETERS = "/opt/ml/input/config/hyperparameters.json"
-TRAINER_YAML = "/opt/ml/code/trainer.yaml"
-FAILURE = "/opt/ml/output/failure"
 STOP_GRACE_S = 110  # after SIGTERM: SageMaker kills the container 120 s after signalling it
 LEFTOVER_GRACE_S = 10  # after the command ends: daemons it left (sshd for MPI) get this long to exit
 
@@ -58,7 +57,7 @@ def dist_timeout() -> int:
         given = json.load(f).get("dist_timeout")
     if given is not None:
         return int(json.loads(given) if isinstance(given, str) else given)
-    with open(TRAINER_YAML) as f:
+    with open(os.path.join(CODE, "trainer.yaml")) as f:
         return int(yaml.safe_load(f)["dist_timeout"])
 
 
@@ -120,10 +119,10 @@ def main() -> int:
     command = sys.argv[1:] or ["train"]
     env = dict(os.environ)
     if os.path.exists(RESOURCE_CONFIG) and (problem := prepare_job(env)):
-        print(f"ERROR: {problem}", file=sys.stderr, flush=True)
-        with open(FAILURE, "w") as f:
-            f.write(problem + "\n")
-        return 1
+        sys.path.insert(0, CODE)
+        from failure import report
+
+        return report(problem, env={"SM_OUTPUT_DIR": "/opt/ml/output"})
     child = subprocess.Popen(command, env=env, start_new_session=os.getpid() != 1)
     deadline, stopped_by = None, None
 
