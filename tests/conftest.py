@@ -2,6 +2,7 @@
 
 import os
 import socket
+import subprocess
 
 import pytest
 
@@ -39,3 +40,15 @@ def no_aws(monkeypatch, tmp_path) -> None:
     monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-aws-config"))
     monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-aws-credentials"))
     monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")  # on an EC2 machine its role's credentials would be found
+
+
+@pytest.fixture(scope="session")
+def make():
+    """Runs `make TARGET... VAR=value...` in the repository as a user would: not as a sub-make of `make test`, which
+    would print make[1] lines around the output the tests read."""
+
+    def run(*words: str, **kwargs) -> subprocess.CompletedProcess:
+        env = {k: v for k, v in os.environ.items() if k not in ("MAKELEVEL", "MAKEFLAGS", "MFLAGS")}
+        return subprocess.run(["make", *words], cwd=ROOT, env=env, **kwargs)
+
+    return run

@@ -53,7 +53,7 @@ def test_check_without_a_region_is_one_line(aws, monkeypatch, tmp_path):
     assert proc.stderr.startswith("error: no AWS region configured; ") and proc.stderr.count("\n") == 1, proc.stderr
 
 
-def test_make_build_push_without_credentials_stops_before_the_build(no_aws, tmp_path):
+def test_make_build_push_without_credentials_stops_before_the_build(no_aws, make, tmp_path):
     """One line, in seconds, and no docker command at all; `make build` alone needs no credentials.
 
     DOCKER is a stand-in that records its calls: a real client would start a multi-GB build if the check failed.
@@ -64,12 +64,12 @@ def test_make_build_push_without_credentials_stops_before_the_build(no_aws, tmp_
     spy.chmod(0o755)
 
     start = time.monotonic()
-    proc = subprocess.run(["make", "build", "push", f"DOCKER={spy}"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    proc = make("build", "push", f"DOCKER={spy}", capture_output=True, text=True, timeout=60)
     assert time.monotonic() - start < 10
     assert proc.returncode != 0 and not calls.exists(), proc.stdout + proc.stderr
     ours = [line for line in proc.stderr.splitlines() if not line.startswith("make: ***")]
     assert ours == [f"error: no AWS credentials found; {aws_account.SETUP}"], proc.stderr
     assert proc.stdout == ""
 
-    subprocess.run(["make", "build", f"DOCKER={spy}"], cwd=ROOT, capture_output=True, timeout=60)
+    make("build", f"DOCKER={spy}", capture_output=True, timeout=60)
     assert calls.read_text().startswith("image inspect ")  # without push the build starts: the stand-in sees it

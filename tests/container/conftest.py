@@ -89,7 +89,7 @@ def build_marker() -> str:
 
 
 @pytest.fixture(scope="session")
-def image(tmp_path_factory) -> str:
+def image(tmp_path_factory, make) -> str:
     """The pypi flavor built from this checkout, with the machine's CA bundle for pip (or certifi's) plus the marker."""
     require(docker_problem())
     source = os.environ.get("PIP_CA_BUNDLE") or os.environ.get("PIP_CERT") or ""
@@ -97,8 +97,7 @@ def image(tmp_path_factory) -> str:
     with open(source if os.path.isfile(source) else certifi.where()) as f:
         bundle.write_text(f.read() + f"\n# {BUILD_MARKER}: a build secret, never to be found in the image\n")
     name, tag = IMAGE.split(":")
-    build = subprocess.run(["make", "build", "FLAVOR=pypi", f"IMAGE={name}", f"TAG={tag}", f"PIP_CA_BUNDLE={bundle}"],
-                           cwd=ROOT, capture_output=True, text=True)  # fmt: skip
+    build = make("build", "FLAVOR=pypi", f"IMAGE={name}", f"TAG={tag}", f"PIP_CA_BUNDLE={bundle}", capture_output=True, text=True)
     assert build.returncode == 0, build.stdout[-5000:] + build.stderr[-5000:]
     yield IMAGE
     remove_containers(IMAGE)

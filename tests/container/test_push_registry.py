@@ -44,15 +44,14 @@ def registry_get(host: str, path: str, method: str = "GET", auth: tuple[str, str
     return urllib.request.urlopen(request, timeout=10)
 
 
-def test_make_push_to_a_registry_then_pull_back(registry, tiny_image, no_aws, tmp_path, monkeypatch):
+def test_make_push_to_a_registry_then_pull_back(registry, tiny_image, no_aws, make, tmp_path, monkeypatch):
     """Both tags land with one digest; what comes back from the registry is the image that was pushed; no AWS."""
     host = registry()
     monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path / "docker-config"))
     name, tag = tiny_image.split(":")
     image_id = docker("image", "inspect", "--format", "{{.Id}}", tiny_image)
 
-    proc = subprocess.run(["make", "push", f"IMAGE={name}", f"TAG={tag}", f"REGISTRY={host}"], cwd=ROOT,
-                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    proc = make("push", f"IMAGE={name}", f"TAG={tag}", f"REGISTRY={host}", capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.strip()
     match = re.fullmatch(rf"{re.escape(host)}/{name}:({commit}(-dirty)?)\n", proc.stdout)  # stdout: the URI alone
