@@ -15,6 +15,8 @@ DEBIAN_BASE ?= sagemaker-lightning-base:bookworm
 DEBIAN_MIRROR ?= http://deb.debian.org/debian
 # A CA bundle for pip inside the build (TLS-inspecting proxies); pip's own PIP_CERT by default
 PIP_CA_BUNDLE ?= $(PIP_CERT)
+# More `docker build` options, e.g. the conda flavor's --build-arg SMDDP_WHEEL=<url> (build arguments: docker/Dockerfile)
+BUILD_ARGS ?=
 # A docker client that runs BuildKit builds: one with the buildx plugin, or one older than 23 (built in)
 DOCKER ?= $(shell for d in $$(which -a docker); do if $$d buildx version >/dev/null 2>&1 \
   || $$d version -f '{{.Client.Version}}' 2>/dev/null | grep -qE '^(1[0-9]|2[0-2])\.'; then echo $$d; break; fi; done)
@@ -43,7 +45,7 @@ bench: install  ## Training images/s: seed-tutorial baseline, default path, mode
 bench-startup: install  ## Seconds from docker run to the first optimizer step in $(IMAGE):$(TAG), as SageMaker starts it
 	$(PYTHON) scripts/startup.py --image $(IMAGE):$(TAG)
 
-build:  ## Build $(IMAGE):$(TAG) for FLAVOR=dlc|dlc-smddp|conda|pypi (BASE_IMAGE, PIP_CA_BUNDLE, DOCKER: see above)
+build:  ## Build $(IMAGE):$(TAG) for FLAVOR=dlc|dlc-smddp|conda|pypi (BASE_IMAGE, BUILD_ARGS, PIP_CA_BUNDLE, DOCKER: see above)
 	@test -n "$(DOCKER)" || { echo "error: no docker client here runs BuildKit builds; install docker-buildx or set DOCKER=/path/to/docker" >&2; exit 1; }
 	@test -n "$(BASE_$(FLAVOR))" || { echo "error: FLAVOR=$(FLAVOR) is not a flavor; choose dlc, dlc-smddp, conda or pypi" >&2; exit 1; }
 	@base=$(BASE_IMAGE); \
@@ -52,12 +54,12 @@ build:  ## Build $(IMAGE):$(TAG) for FLAVOR=dlc|dlc-smddp|conda|pypi (BASE_IMAGE
 	    echo "cannot pull $$base: using $(DEBIAN_BASE), the same Python from Debian packages"; \
 	    $(MAKE) --no-print-directory debian-base || exit 1; base=$(DEBIAN_BASE); \
 	  else \
-	    echo "error: cannot pull the base image $$base of FLAVOR=$(FLAVOR); log in to its registry (see README: Building the image) or set BASE_IMAGE" >&2; exit 1; \
+	    echo "error: cannot pull the base image $$base of FLAVOR=$(FLAVOR); log in to its registry (README: Image flavors) or set BASE_IMAGE" >&2; exit 1; \
 	  fi; \
 	fi; \
 	set -x; DOCKER_BUILDKIT=1 $(DOCKER) build -f docker/Dockerfile -t $(IMAGE):$(TAG) \
 	  --build-arg FLAVOR=$(FLAVOR) --build-arg BASE_IMAGE=$$base \
-	  $(if $(wildcard $(PIP_CA_BUNDLE)),--secret id=pip_ca$(,)src=$(PIP_CA_BUNDLE)) .
+	  $(if $(wildcard $(PIP_CA_BUNDLE)),--secret id=pip_ca$(,)src=$(PIP_CA_BUNDLE)) $(BUILD_ARGS) .
 
 push: push-check  ## Push $(IMAGE):$(TAG) to ECR (REGISTRY=host:port: elsewhere) as <git revision> and latest; prints the URI
 	@$(PYTHON) scripts/push.py $(IMAGE):$(TAG) $(if $(REGISTRY),--registry $(REGISTRY)) --docker $(or $(DOCKER),docker)
