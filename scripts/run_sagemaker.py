@@ -118,10 +118,17 @@ class Job:
     max_wait: int | None  # with spot
     max_retry_attempts: int | None
     tags: dict[str, str]
+    subnets: list[str] | None  # VPC
+    security_groups: list[str] | None
 
     @property
     def local(self) -> bool:
         return self.args.instance_type.startswith("local")
+
+    @property
+    def wait(self) -> bool:
+        """Whether to wait for the job and stream its logs: a dry run starts no job to wait for."""
+        return self.args.wait and not self.args.dry_run
 
 
 def make_job(args: argparse.Namespace) -> Job:
@@ -158,8 +165,9 @@ def make_job(args: argparse.Namespace) -> Job:
     env = {"DATA_CHANNEL": args.channel, **({"LAUNCHER": "torchrun"} if args.launcher == "torchrun" else {})}
     env.update(key_values(args.env, "NCCL_DEBUG=INFO"))
     retries = args.max_retry_attempts if args.max_retry_attempts is not None else (3 if args.spot else None)
-    return Job(name, args, output, inputs, hps, env, checkpoints, max_wait, retries,
-               key_values(args.tag, "project=cifar10"))  # fmt: skip
+    return Job(name, args, output, inputs, hps, env, checkpoints, max_wait, retries, key_values(args.tag, "project=cifar10"),
+               args.subnets.split(",") if args.subnets else None,
+               args.security_groups.split(",") if args.security_groups else None)  # fmt: skip
 
 
 def intercept_create_training_job(boto_session) -> None:
@@ -202,16 +210,14 @@ def run_v2(job: Job) -> str | None:
                      metric_definitions=[{"Name": n, "Regex": r} for n, r in METRICS.items()],
                      use_spot_instances=args.spot, max_run=args.max_run, max_wait=job.max_wait,
                      max_retry_attempts=job.max_retry_attempts, enable_network_isolation=args.network_isolation,
-                     subnets=args.subnets.split(",") if args.subnets else None,
-                     security_group_ids=args.security_groups.split(",") if args.security_groups else None,
+                     subnets=job.subnets, security_group_ids=job.security_groups,
                      tags=[{"Key": k, "Value": v} for k, v in job.tags.items()] or None,
                      disable_profiler=True, debugger_hook_config=False)  # SageMaker Debugger: not for this image  # fmt: skip
     estimator = Estimator(image_uri=args.image, role=args.role or LOCAL_ROLE, instance_count=args.instance_count,
                           instance_type=args.instance_type, output_path=output, hyperparameters=job.hyperparameters,
                           environment=job.environment, sagemaker_session=session, **cloud)  # fmt: skip
-    wait = args.wait and not args.dry_run
-    estimator.fit(job.inputs, job_name=job.name, wait=wait, logs="All" if wait else "None")
-    return estimator.model_data if wait else None
+    estimator.fit(job.inputs, job_name=job.name, wait=job.wait, logs="All" if job.wait else "None")
+    return estimator.model_data if job.wait else None
 
 
 def run_v3(job: Job) -> str | None:
@@ -245,9 +251,8 @@ def run_v3(job: Job) -> str | None:
                                                              max_wait_time_in_seconds=job.max_wait),
                         output_data_config=OutputDataConfig(s3_output_path=job.output),
                         checkpoint_config=CheckpointConfig(s3_uri=job.checkpoints, local_path=CHECKPOINTS),
-                        networking=Networking(enable_network_isolation=args.network_isolation,
-                                              subnets=args.subnets.split(",") if args.subnets else None,
-                                              security_group_ids=args.security_groups.split(",") if args.security_groups else None),
+                        networking=Networking(enable_network_isolation=args.network_isolation, subnets=job.subnets,
+                                              security_group_ids=job.security_groups),
                         tags=[Tag(key=k, value=v) for k, v in job.tags.items()] or None)  # fmt: skip
     trainer = ModelTrainer(training_image=args.image, role=args.role or LOCAL_ROLE, base_job_name=job.name,
                            hyperparameters=job.hyperparameters, environment=job.environment, **settings)  # fmt: skip
@@ -257,11 +262,10 @@ def run_v3(job: Job) -> str | None:
             trainer = trainer.with_retry_strategy(RetryStrategy(maximum_retry_attempts=job.max_retry_attempts))
     inputs = [InputData(channel_name=name, data_source=source if source.startswith("s3://") else source[len("file://"):])
               for name, source in job.inputs.items()]  # fmt: skip
-    wait = args.wait and not args.dry_run
-    trainer.train(input_data_config=inputs, wait=wait, logs=wait)
+    trainer.train(input_data_config=inputs, wait=job.wait, logs=job.wait)
     if job.local:
         return f"file://{root}/compressed_artifacts/model.tar.gz"  # where SDK 3.x local mode packs it
-    return trainer._latest_training_job.model_artifacts.s3_model_artifacts if wait else None
+    return trainer._latest_training_job.model_artifacts.s3_model_artifacts if job.wait else None
 
 
 def main(argv: list[str] | None = None) -> int:
