@@ -24,7 +24,7 @@ PYTHON := .venv/bin/python
 # About 30 steps: enough for ~80% validation accuracy on the generated data, about a minute on 2 CPU cores
 DEMO_ARGS := trainer.max_epochs=1 trainer.accelerator=cpu data.batch_size=16 optimizer.lr=0.02
 
-.PHONY: help install test bench bench-startup build push push-check debian-base demo local clean
+.PHONY: help install test bench bench-startup build push push-check debian-base demo local image clean
 
 help:  ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -79,17 +79,19 @@ debian-base:  ## Make $(DEBIAN_BASE) from Debian packages with debootstrap (root
 	    bookworm $$root $(DEBIAN_MIRROR) >/dev/null && \
 	  tar -C $$root -c . | $(DOCKER) import - $(DEBIAN_BASE); }
 
-demo: install  ## Train on generated data: local mode, 2 CPU containers; prints the path of model.tar.gz
-	@$(DOCKER) image inspect $(IMAGE):$(TAG) >/dev/null 2>&1 || $(MAKE) --no-print-directory build FLAVOR=pypi
+demo: install image  ## Train on generated data: local mode, 2 CPU containers; prints the path of model.tar.gz
 	$(PYTHON) scripts/make_dataset.py synthetic data/synthetic --train 1000 --test 200
 	$(PYTHON) scripts/run_sagemaker.py --image $(IMAGE):$(TAG) --instance-type local --instance-count 2 \
 	  --input data/synthetic --output runs $(DEMO_ARGS)
 
-local: install  ## The same on the real CIFAR-10 (downloaded into data/cifar10 once; needs internet)
-	@$(DOCKER) image inspect $(IMAGE):$(TAG) >/dev/null 2>&1 || $(MAKE) --no-print-directory build FLAVOR=pypi
+local: install image  ## The same on the real CIFAR-10 (downloaded into data/cifar10 once; needs internet)
 	test -f data/cifar10/cifar-10-python.tar.gz || $(PYTHON) scripts/make_dataset.py cifar10 data/cifar10
 	$(PYTHON) scripts/run_sagemaker.py --image $(IMAGE):$(TAG) --instance-type local --instance-count 2 \
 	  --input data/cifar10 --output runs $(DEMO_ARGS) data.val_split=0
+
+# $(IMAGE):$(TAG), built as the pypi flavor when it is missing (an image made otherwise is used as it is)
+image:
+	@$(DOCKER) image inspect $(IMAGE):$(TAG) >/dev/null 2>&1 || $(MAKE) --no-print-directory build FLAVOR=pypi
 
 clean:  ## Remove generated data, job outputs and logs (not .venv, not images)
 	rm -rf data runs logs
