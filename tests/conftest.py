@@ -3,6 +3,9 @@
 import os
 import socket
 import subprocess
+import time
+import urllib.error
+import urllib.request
 
 import pytest
 
@@ -30,6 +33,27 @@ def _free_port() -> int:
 def free_port():
     """A function that returns a TCP port free on this machine."""
     return _free_port
+
+
+def _wait_until_up(server: subprocess.Popen, url: str, timeout_s: float) -> None:
+    """Return once `url` answers with any HTTP status (401 too: up, asking for credentials); fail when the
+    server exits or does not answer within timeout_s."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            urllib.request.urlopen(url, timeout=2)
+            return
+        except urllib.error.HTTPError:
+            return
+        except OSError:
+            assert server.poll() is None and time.monotonic() < deadline, f"{' '.join(server.args)} did not start"
+            time.sleep(0.1)
+
+
+@pytest.fixture(scope="session")
+def wait_until_up():
+    """A function that waits for a local server process to answer HTTP at a URL (moto, docker-registry)."""
+    return _wait_until_up
 
 
 @pytest.fixture

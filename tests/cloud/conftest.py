@@ -5,25 +5,17 @@ boto3, s3fs and both SageMaker SDKs reach it through AWS_ENDPOINT_URL; every tes
 
 import subprocess
 import sys
-import time
 import urllib.request
 
 import pytest
 
 
 @pytest.fixture(scope="session")
-def moto_endpoint(free_port):
+def moto_endpoint(free_port, wait_until_up):
     url = f"http://127.0.0.1:{free_port()}"
     server = subprocess.Popen([sys.executable, "-m", "moto.server", "-p", url.rsplit(":", 1)[1]],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            urllib.request.urlopen(f"{url}/moto-api/", timeout=2)
-            break
-        except OSError:
-            assert server.poll() is None and time.monotonic() < deadline, "moto server did not start"
-            time.sleep(0.2)
+    wait_until_up(server, f"{url}/moto-api/", timeout_s=60)
     yield url
     server.terminate()
     server.wait()

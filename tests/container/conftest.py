@@ -9,9 +9,6 @@ import re
 import shutil
 import subprocess
 import sys
-import time
-import urllib.error
-import urllib.request
 
 import bcrypt
 import certifi
@@ -47,7 +44,7 @@ def require(problem: str | None) -> None:
 
 
 @pytest.fixture
-def registry(free_port, tmp_path):
+def registry(free_port, wait_until_up, tmp_path):
     """A function that starts a container registry on 127.0.0.1 and returns its host:port; users: {name: password}.
 
     Docker pushes to 127.0.0.0/8 over plain HTTP without configuration. Stopped, its storage removed, after the test.
@@ -66,16 +63,8 @@ def registry(free_port, tmp_path):
             config += f"auth:\n  htpasswd:\n    realm: test\n    path: {root / 'htpasswd'}\n"
         (root / "config.yml").write_text(config)
         servers.append(subprocess.Popen([REGISTRY, "serve", str(root / "config.yml")], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                urllib.request.urlopen(f"http://{host}/v2/", timeout=2)
-                return host
-            except urllib.error.HTTPError:  # 401: up, and asking for credentials
-                return host
-            except OSError:
-                assert servers[-1].poll() is None and time.monotonic() < deadline, "docker-registry did not start"
-                time.sleep(0.1)
+        wait_until_up(servers[-1], f"http://{host}/v2/", timeout_s=30)  # with users: 401, up and asking for credentials
+        return host
 
     yield start
     for server in servers:
