@@ -24,7 +24,7 @@ PYTHON := .venv/bin/python
 # About 30 steps: enough for ~80% validation accuracy on the generated data, about a minute on 2 CPU cores
 DEMO_ARGS := trainer.max_epochs=1 trainer.accelerator=cpu data.batch_size=16 optimizer.lr=0.02
 
-.PHONY: help install test bench bench-startup build push push-check debian-base demo local image clean
+.PHONY: help install lint format test test-unit bench bench-startup build push push-check debian-base demo local image clean
 
 help:  ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -36,8 +36,19 @@ install: .venv/.installed .venv-sdk3/.installed  ## Make .venv (SDK 2.x, tests) 
 	$(@D)/bin/pip install -q --group $(if $(findstring sdk3,$@),sdk3,dev)
 	touch $@
 
-test: install  ## Run every test tier: unit, toolkit, container (REQUIRE_ALL_TIERS=1: a skipped tier fails)
+lint: install  ## ruff: lint and formatting check (settings in pyproject.toml)
+	.venv/bin/ruff check .
+	.venv/bin/ruff format --check .
+
+format: install  ## ruff: fix what it can, then format
+	.venv/bin/ruff check --fix .
+	.venv/bin/ruff format .
+
+test: install  ## Run every test tier: unit, toolkit, cloud, container (REQUIRE_ALL_TIERS=1: a skipped tier fails)
 	.venv/bin/pytest -rs
+
+test-unit: install  ## The unit tier alone: pure functions and in-process objects, under a minute
+	.venv/bin/pytest -rs tests/unit
 
 bench: install  ## Training images/s: seed-tutorial baseline, default path, model alone (BENCH_ARGS="--repeat 3 ...")
 	$(PYTHON) scripts/benchmark.py $(BENCH_ARGS)

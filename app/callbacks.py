@@ -43,7 +43,9 @@ class RankReport(pl.Callback):
 
     def on_validation_epoch_end(self, trainer, pl_module):
         if trainer.is_global_zero and not trainer.sanity_checking:
-            metrics = " ".join(f"{k}={v:.4f}" for k, v in sorted(trainer.callback_metrics.items()) if k.startswith("val/"))
+            metrics = " ".join(
+                f"{k}={v:.4f}" for k, v in sorted(trainer.callback_metrics.items()) if k.startswith("val/")
+            )
             say(f"epoch {trainer.current_epoch} step {trainer.global_step}: {metrics}")
 
     def on_fit_end(self, trainer, pl_module):
@@ -60,7 +62,12 @@ class LogLines(pl.Callback):
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         step = trainer.global_step
-        if trainer.progress_bar_callback or not trainer.is_global_zero or step % trainer.log_every_n_steps or step == self._since[1]:
+        if (
+            trainer.progress_bar_callback
+            or not trainer.is_global_zero
+            or step % trainer.log_every_n_steps
+            or step == self._since[1]
+        ):
             return
         now, (then, then_step) = time.monotonic(), self._since
         self._since = (now, step)
@@ -69,8 +76,10 @@ class LogLines(pl.Callback):
         total = trainer.estimated_stepping_batches
         eta = datetime.timedelta(seconds=round((total - step) * seconds_per_step)) if total != float("inf") else "?"
         loss = outputs["loss"].item()
-        say(f"epoch {trainer.current_epoch} step {step}/{total}: train/loss={loss:.4f} "
-            f"images/s={images / seconds_per_step:.1f} eta={eta}")  # fmt: skip
+        say(
+            f"epoch {trainer.current_epoch} step {step}/{total}: train/loss={loss:.4f} "
+            f"images/s={images / seconds_per_step:.1f} eta={eta}"
+        )
 
 
 class LinearLRScaling(pl.Callback):
@@ -90,4 +99,3 @@ class LinearLRScaling(pl.Callback):
         if trainer.is_global_zero and trainer.optimizers:
             lrs = ", ".join(f"{g['lr']:g}" for g in trainer.optimizers[0].param_groups)
             say(f"learning rate × world size {factor} (linear scaling): {lrs}")
-

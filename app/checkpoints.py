@@ -40,8 +40,11 @@ class AtomicCheckpointIO(TorchCheckpointIO):
 def rng_states() -> dict:
     """Tensors and plain values only: Lightning loads checkpoints with torch.load(weights_only=True)."""
     kind, keys, position, has_gauss, gauss = np.random.get_state()
-    states = {"torch": torch.get_rng_state(), "numpy": [kind, torch.from_numpy(keys.copy()), position, has_gauss, gauss],
-              "python": random.getstate()}  # fmt: skip
+    states = {
+        "torch": torch.get_rng_state(),
+        "numpy": [kind, torch.from_numpy(keys.copy()), position, has_gauss, gauss],
+        "python": random.getstate(),
+    }
     if torch.cuda.is_available():
         states["cuda"] = torch.cuda.get_rng_state_all()
     return states
@@ -58,10 +61,10 @@ def set_rng_states(states: dict) -> None:
 
 class LastCheckpoint(pl.Callback):
     """last.ckpt, what a restarted job resumes from: every `every_n_steps` optimizer steps, at each epoch end, and
-    when SageMaker stops the job (SIGTERM on StopTrainingJob or spot interruption: Lightning stops every rank at
-    the same step boundary, where they save it together). With the random-number states, restored at the first
-    resumed step, a resumed run continues as the uninterrupted one would (exactly so when the data is augmented
-at batch time in the training process, as the device-resident data module does)."""
+        when SageMaker stops the job (SIGTERM on StopTrainingJob or spot interruption: Lightning stops every rank at
+        the same step boundary, where they save it together). With the random-number states, restored at the first
+        resumed step, a resumed run continues as the uninterrupted one would (exactly so when the data is augmented
+    at batch time in the training process, as the device-resident data module does)."""
 
     def __init__(self, every_n_steps: int):
         self.every_n_steps = every_n_steps

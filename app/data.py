@@ -146,7 +146,9 @@ class CIFAR10Base(pl.LightningDataModule):
         """The directory that holds cifar-10-batches-py/, or None when there is none yet."""
         if os.path.isdir(os.path.join(self.data_dir, FOLDER)):
             return self.data_dir
-        if os.path.isfile(os.path.join(self.data_dir, ARCHIVE)) and os.path.isdir(os.path.join(self._extract_dir(), FOLDER)):
+        if os.path.isfile(os.path.join(self.data_dir, ARCHIVE)) and os.path.isdir(
+            os.path.join(self._extract_dir(), FOLDER)
+        ):
             return self._extract_dir()
         return None
 
@@ -160,7 +162,9 @@ class CIFAR10Base(pl.LightningDataModule):
             try:
                 torchvision.datasets.CIFAR10(self.data_dir, download=True)
             except (urllib.error.URLError, OSError) as e:
-                raise UserError(f"cannot download CIFAR-10 into {self.data_dir} ({e}); put the data there instead") from e
+                raise UserError(
+                    f"cannot download CIFAR-10 into {self.data_dir} ({e}); put the data there instead"
+                ) from e
         else:
             raise UserError(
                 f"no CIFAR-10 data in {os.path.abspath(self.data_dir)}: expected {FOLDER}/ or {ARCHIVE}; "
@@ -178,7 +182,9 @@ class CIFAR10Base(pl.LightningDataModule):
                     try:
                         member = tar.extractfile(f"{FOLDER}/{name}")
                     except KeyError:
-                        raise UserError(f"{archive} has no {FOLDER}/{name}; pack the files as the official {ARCHIVE}") from None
+                        raise UserError(
+                            f"{archive} has no {FOLDER}/{name}; pack the files as the official {ARCHIVE}"
+                        ) from None
                     with open(os.path.join(staging, name), "wb") as f:
                         shutil.copyfileobj(member, f)
         except (tarfile.TarError, OSError, EOFError, zlib.error) as e:
@@ -221,7 +227,9 @@ class CIFAR10Base(pl.LightningDataModule):
         for training one seeded permutation per epoch, the same on every rank, of which rank r takes every
         world_size-th index; full batches only, so every rank takes the same number of steps."""
         rank, world = (self.trainer.global_rank, self.trainer.world_size) if self.trainer else (0, 1)
-        return DistributedSampler(dataset, num_replicas=world, rank=rank, shuffle=train, seed=self.seed, drop_last=train)
+        return DistributedSampler(
+            dataset, num_replicas=world, rank=rank, shuffle=train, seed=self.seed, drop_last=train
+        )
 
     def setup(self, stage: str) -> None:
         if stage == "fit" or stage == "validate":
@@ -252,7 +260,9 @@ class CIFAR10DataModule(CIFAR10Base):
         super().__init__(*args, **kwargs)
         self.num_workers = num_workers
         normalize = T.Normalize(MEAN, STD)
-        self.train_transform = T.Compose([T.RandomCrop(SIZE, padding=PAD), T.RandomHorizontalFlip(), T.ToTensor(), normalize])
+        self.train_transform = T.Compose(
+            [T.RandomCrop(SIZE, padding=PAD), T.RandomHorizontalFlip(), T.ToTensor(), normalize]
+        )
         self.eval_transform = T.Compose([T.ToTensor(), normalize])
 
     def _subset(self, files: CIFAR10Files, indices: list[int] | None, augment: bool):

@@ -46,11 +46,15 @@ def random_crops(n: int, generator: torch.Generator) -> tuple[torch.Tensor, torc
     return dy, dx, flip
 
 
-def crop_flip(padded: torch.Tensor, index: torch.Tensor, dy: torch.Tensor, dx: torch.Tensor, flip: torch.Tensor) -> torch.Tensor:
+def crop_flip(
+    padded: torch.Tensor, index: torch.Tensor, dy: torch.Tensor, dx: torch.Tensor, flip: torch.Tensor
+) -> torch.Tensor:
     """Images `index` of `padded`, each cropped at its (dy, dx) and mirrored where `flip`: one gather, uint8 B×SIZE×SIZE×3."""
     steps = torch.arange(SIZE, device=padded.device)
     rows, cols = dy[:, None] + steps, dx[:, None] + steps  # B×SIZE each
-    cols = torch.where(flip[:, None], cols.flip(1), cols)  # mirrors the crop, not the padded image: the transforms' order
+    cols = torch.where(
+        flip[:, None], cols.flip(1), cols
+    )  # mirrors the crop, not the padded image: the transforms' order
     return padded[index[:, None, None], rows[:, :, None], cols[:, None, :]]
 
 
@@ -66,7 +70,9 @@ class DeviceBatches(ResumableEpoch):
     and, at each epoch's start, calls `set_epoch` on its `sampler` as on a DataLoader's.
     """
 
-    batch_sampler = None  # Lightning reads it wherever it finds a `sampler`; batches are cut here, not by a batch sampler
+    batch_sampler = (
+        None  # Lightning reads it wherever it finds a `sampler`; batches are cut here, not by a batch sampler
+    )
 
     def __init__(self, images: DeviceImages, batch_size: int, sampler: DistributedSampler, train: bool):
         """train: augmented batches, full ones only (every rank takes the same number of steps); else the images as they are."""

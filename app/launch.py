@@ -29,17 +29,24 @@ def main() -> int:
     except UserError as e:
         return report(str(e))
     if env.get("RANK", "0") == "0":
-        mode = "torchrun (c10d)" if command[1:3] == ["-m", "torch.distributed.run"] else sagemaker_env.launcher(os.environ)
-        print(f"launch: {mode} on {env['SM_HOSTS']}, this is {env['SM_CURRENT_HOST']}, "
-              f"world size {env.get('WORLD_SIZE')}, master {env.get('MASTER_ADDR')}:{env.get('MASTER_PORT')}", flush=True)  # fmt: skip
+        mode = (
+            "torchrun (c10d)" if command[1:3] == ["-m", "torch.distributed.run"] else sagemaker_env.launcher(os.environ)
+        )
+        print(
+            f"launch: {mode} on {env['SM_HOSTS']}, this is {env['SM_CURRENT_HOST']}, "
+            f"world size {env.get('WORLD_SIZE')}, master {env.get('MASTER_ADDR')}:{env.get('MASTER_PORT')}",
+            flush=True,
+        )
     child = subprocess.Popen(command, env=env)
     # SIGTERM (from the image's entrypoint) goes to the trainer this started, which checkpoints and stops
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda received, frame: child.send_signal(received))
     code = child.wait()
     if code == -signal.SIGKILL:
-        return report("a training process was killed with SIGKILL, most often by the kernel's out-of-memory killer; "
-                      "lower data.batch_size or data.num_workers, or use an instance with more memory")  # fmt: skip
+        return report(
+            "a training process was killed with SIGKILL, most often by the kernel's out-of-memory killer; "
+            "lower data.batch_size or data.num_workers, or use an instance with more memory"
+        )
     if code < 0 and code != -signal.SIGTERM:  # SIGTERM: train.py said why (stopped, checkpoint saved)
         return report(f"a training process was killed by {signal.Signals(-code).name}")
     return 128 - code if code < 0 else code

@@ -26,8 +26,15 @@ DEFAULT_CHANNEL = "training"  # the input channel that holds the data; DATA_CHAN
 LAUNCHERS = ("lightning", "torchrun")  # LAUNCHER in the job's environment, for one-wrapper-per-host jobs
 # EFA with GPUDirect RDMA (AWS EFA docs); "p6" covers p6-b200, p6e-gb200 and later sizes
 RDMA_FAMILIES = ("p4d", "p4de", "p5", "p5e", "p5en", "trn1", "trn1n", "trn2")
-EFA_TYPES = ("ml.g4dn.8xlarge", "ml.g4dn.12xlarge", "ml.g4dn.16xlarge", "ml.g5.48xlarge", "ml.g6.48xlarge",
-             "ml.g6e.48xlarge", "ml.p3dn.24xlarge")  # fmt: skip  # EFA without GPUDirect RDMA
+EFA_TYPES = (
+    "ml.g4dn.8xlarge",
+    "ml.g4dn.12xlarge",
+    "ml.g4dn.16xlarge",
+    "ml.g5.48xlarge",
+    "ml.g6.48xlarge",
+    "ml.g6e.48xlarge",
+    "ml.p3dn.24xlarge",
+)  # EFA without GPUDirect RDMA
 
 
 def in_sagemaker(env: Mapping[str, str]) -> bool:
@@ -132,7 +139,9 @@ def _master(env: Mapping[str, str], hosts: list[str], resolve: Callable[[str], s
     try:
         address = resolve(hosts[0])
     except OSError as e:
-        raise UserError(f"cannot resolve the first host {hosts[0]!r} ({e}); check SM_HOSTS and the job's network") from e
+        raise UserError(
+            f"cannot resolve the first host {hosts[0]!r} ({e}); check SM_HOSTS and the job's network"
+        ) from e
     return {"MASTER_ADDR": address, "MASTER_PORT": env.get("MASTER_PORT", DEFAULT_MASTER_PORT)}
 
 
@@ -152,18 +161,31 @@ def launch_env(
     mode = launcher(env)
     if mode == "process":
         out.pop("LOCAL_RANK", None)  # a set LOCAL_RANK makes Lightning wait for an outside launcher
-        out.update(_master(env, hosts, resolve), NODE_RANK=str(node_rank), WORLD_SIZE=str(len(hosts) * processes_per_host))
+        out.update(
+            _master(env, hosts, resolve), NODE_RANK=str(node_rank), WORLD_SIZE=str(len(hosts) * processes_per_host)
+        )
     elif mode == "mpirun":
-        rank, size, local_rank, local_size = (int(env[f"OMPI_COMM_WORLD_{k}"]) for k in ("RANK", "SIZE", "LOCAL_RANK", "LOCAL_SIZE"))
+        rank, size, local_rank, local_size = (
+            int(env[f"OMPI_COMM_WORLD_{k}"]) for k in ("RANK", "SIZE", "LOCAL_RANK", "LOCAL_SIZE")
+        )
         if size != len(hosts) * local_size:
-            raise UserError(f"mpirun started {size} processes, not {local_size} on each of {len(hosts)} hosts; "
-                            "set processes_per_host in the distribution to the same number on every host")  # fmt: skip
+            raise UserError(
+                f"mpirun started {size} processes, not {local_size} on each of {len(hosts)} hosts; "
+                "set processes_per_host in the distribution to the same number on every host"
+            )
         node_rank = rank // local_size  # mpirun fills each host's slots in host-list order
         # train.py is not an MPI process: no OMPI_/PMIX_ variables, and mpirun exported the first host's
         # SM_CURRENT_HOST to every rank
         out = {k: v for k, v in out.items() if not k.startswith(("OMPI_", "PMIX_"))}
-        out.update(_master(env, hosts, resolve), RANK=str(rank), WORLD_SIZE=str(size), LOCAL_RANK=str(local_rank),
-                   LOCAL_WORLD_SIZE=str(local_size), NODE_RANK=str(node_rank), SM_CURRENT_HOST=hosts[node_rank])  # fmt: skip
+        out.update(
+            _master(env, hosts, resolve),
+            RANK=str(rank),
+            WORLD_SIZE=str(size),
+            LOCAL_RANK=str(local_rank),
+            LOCAL_WORLD_SIZE=str(local_size),
+            NODE_RANK=str(node_rank),
+            SM_CURRENT_HOST=hosts[node_rank],
+        )
     for var, value in network_env(env, interfaces, argv).items():
         if value is None:
             out.pop(var, None)
@@ -172,7 +194,9 @@ def launch_env(
     return out
 
 
-def train_command(env: Mapping[str, str], processes_per_host: int, python: str, train_py: str, argv: Sequence[str]) -> list[str]:
+def train_command(
+    env: Mapping[str, str], processes_per_host: int, python: str, train_py: str, argv: Sequence[str]
+) -> list[str]:
     """The command that runs the trainer on this host: train.py itself, or torchrun around it (LAUNCHER=torchrun)."""
     chosen = env.get("LAUNCHER", "lightning")
     if chosen not in LAUNCHERS:
@@ -180,11 +204,20 @@ def train_command(env: Mapping[str, str], processes_per_host: int, python: str, 
     if chosen == "lightning" or launcher(env) != "process":
         return [python, train_py, *argv]
     hosts, _ = cluster(env)
-    return [python, "-m", "torch.distributed.run", f"--nnodes={len(hosts)}", f"--nproc_per_node={processes_per_host}",
-            "--rdzv_backend=c10d", f"--rdzv_endpoint={env['MASTER_ADDR']}:{env['MASTER_PORT']}",
-            f"--rdzv_id={env.get('TRAINING_JOB_NAME') or 'sagemaker-lightning'}", "--max_restarts=0",
-            *([f"--rdzv_conf=join_timeout={timeout}"] if (timeout := _last_value(argv, "dist_timeout")) else []),
-            train_py, *argv]  # fmt: skip
+    return [
+        python,
+        "-m",
+        "torch.distributed.run",
+        f"--nnodes={len(hosts)}",
+        f"--nproc_per_node={processes_per_host}",
+        "--rdzv_backend=c10d",
+        f"--rdzv_endpoint={env['MASTER_ADDR']}:{env['MASTER_PORT']}",
+        f"--rdzv_id={env.get('TRAINING_JOB_NAME') or 'sagemaker-lightning'}",
+        "--max_restarts=0",
+        *([f"--rdzv_conf=join_timeout={timeout}"] if (timeout := _last_value(argv, "dist_timeout")) else []),
+        train_py,
+        *argv,
+    ]
 
 
 def trainer_args(env: Mapping[str, str], argv: Sequence[str]) -> list[str]:
@@ -222,8 +255,10 @@ def check_world_size(env: Mapping[str, str], num_nodes: int, devices_per_node: i
         )
     local = env.get("LOCAL_WORLD_SIZE")
     if local is not None and int(local) != devices_per_node:
-        raise UserError(f"trainer.devices={devices_per_node} but the launcher started {local} processes per host; "
-                        "leave trainer.devices unset or set it to that number")  # fmt: skip
+        raise UserError(
+            f"trainer.devices={devices_per_node} but the launcher started {local} processes per host; "
+            "leave trainer.devices unset or set it to that number"
+        )
     world = env.get("WORLD_SIZE")
     if world is not None and int(world) != num_nodes * devices_per_node:
         raise UserError(
@@ -244,17 +279,27 @@ def peer_failure(env: Mapping[str, str], message: str, resolve: Callable[[str], 
     others = ", ".join(h for i, h in enumerate(hosts) if i != node_rank) or "none"
     master = f"{env.get('MASTER_ADDR', hosts[0])}:{env.get('MASTER_PORT', DEFAULT_MASTER_PORT)}"
     if joined := re.search(r"Timed out after (\d+) seconds waiting for clients\. (\d+)/(\d+) clients joined", message):
-        return (f"only {joined[2]} of {joined[3]} processes joined within {joined[1]} s: the other hosts ({others}) did not "
-                f"start training or cannot reach {master}; see their logs (dist_timeout sets the wait)")  # fmt: skip
+        return (
+            f"only {joined[2]} of {joined[3]} processes joined within {joined[1]} s: the other hosts ({others}) did not "
+            f"start training or cannot reach {master}; see their logs (dist_timeout sets the wait)"
+        )
     if re.search(r"connect\(\) timed out|Connection refused|failed to connect|Socket Timeout", message, re.I):
-        return (f"could not reach the first host {hosts[0]} at {master} within dist_timeout: it did not start "
-                "training or failed first; see its failure reason")  # fmt: skip
-    if lost := re.search(r"(?:Connection closed by peer|Connection reset by peer|Read error|Write error)\D*(\d+\.\d+\.\d+\.\d+)", message):
+        return (
+            f"could not reach the first host {hosts[0]} at {master} within dist_timeout: it did not start "
+            "training or failed first; see its failure reason"
+        )
+    if lost := re.search(
+        r"(?:Connection closed by peer|Connection reset by peer|Read error|Write error)\D*(\d+\.\d+\.\d+\.\d+)", message
+    ):
         candidates = [h for i, h in enumerate(hosts) if i != node_rank] + [hosts[node_rank]]  # a local rank last
         named = [h for h in candidates if _address(resolve, h) == lost[1]]
-        return (f"lost the connection to host {named[0] if named else lost[1]} during training: a process there "
-                "stopped; its failure reason names the cause")  # fmt: skip
-    if re.search(r"timed out|timeout", message, re.I) and re.search(r"gloo|nccl|collective|barrier|broadcast|allreduce", message, re.I):
+        return (
+            f"lost the connection to host {named[0] if named else lost[1]} during training: a process there "
+            "stopped; its failure reason names the cause"
+        )
+    if re.search(r"timed out|timeout", message, re.I) and re.search(
+        r"gloo|nccl|collective|barrier|broadcast|allreduce", message, re.I
+    ):
         return f"a collective operation did not finish within dist_timeout: a process on another host ({others}) stopped or hangs"
     return None
 

@@ -44,10 +44,16 @@ class CLI(LightningCLI):
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         parser.add_lightning_class_args(ModelCheckpoint, "checkpoint")
         parser.add_class_arguments(TensorBoardLogger, "logger")
-        parser.add_argument("--model_dir", type=str | None, default=None, help="where rank 0 writes model.pt and config.yaml")
-        parser.add_argument("--last_checkpoint_every_n_steps", type=int, default=0, help="last.ckpt every N steps (0: epochs only)")
+        parser.add_argument(
+            "--model_dir", type=str | None, default=None, help="where rank 0 writes model.pt and config.yaml"
+        )
+        parser.add_argument(
+            "--last_checkpoint_every_n_steps", type=int, default=0, help="last.ckpt every N steps (0: epochs only)"
+        )
         parser.add_argument("--dist_timeout", type=int, default=600, help="seconds a rank waits for the others")
-        parser.add_argument("--scale_lr_by_world_size", type=bool, default=False, help="optimizer lr × number of processes")
+        parser.add_argument(
+            "--scale_lr_by_world_size", type=bool, default=False, help="optimizer lr × number of processes"
+        )
         parser.link_arguments("data.init_args.num_classes", "model.num_classes")
 
     def instantiate_trainer(self, **kwargs) -> pl.Trainer:
@@ -77,12 +83,16 @@ def strategy(env, trainer_config: dict, timeout_s: int, plugins: list) -> dict:
             try:
                 import smdistributed.dataparallel.torch.torch_smddp  # noqa: F401  registers the "smddp" backend
             except ImportError as e:
-                raise UserError("the job enables SMDDP (smdistributed dataparallel) but this image has no "
-                                "smdistributed.dataparallel; build FLAVOR=dlc-smddp or conda, or use pytorchddp") from e  # fmt: skip
+                raise UserError(
+                    "the job enables SMDDP (smdistributed dataparallel) but this image has no "
+                    "smdistributed.dataparallel; build FLAVOR=dlc-smddp or conda, or use pytorchddp"
+                ) from e
             backend = "smddp"
     chosen = trainer_config.get("strategy")
     if chosen == "ddp":
-        ddp = DDPStrategy(cluster_environment=cluster, process_group_backend=backend, timeout=timedelta(seconds=timeout_s))
+        ddp = DDPStrategy(
+            cluster_environment=cluster, process_group_backend=backend, timeout=timedelta(seconds=timeout_s)
+        )
         return {"strategy": ddp}
     if backend:
         raise UserError(f"SMDDP needs trainer.strategy=ddp, not {chosen!r}")
@@ -114,7 +124,9 @@ def argument_problem(message: str) -> str:
     value = re.search(r"(?:Got|Given) value: (.*?)(?: - |$)", message, re.M)
     if not keys or not value:
         return message  # e.g. "Unrecognized arguments: --trainer.max_epochz 1" says it already
-    expected = [t.rsplit(".", 1)[-1] for t in re.findall(r"Expected an? <class '([\w.]+)'>", message) if t != "NoneType"]
+    expected = [
+        t.rsplit(".", 1)[-1] for t in re.findall(r"Expected an? <class '([\w.]+)'>", message) if t != "NoneType"
+    ]
     return f"{'.'.join(keys)}={value.group(1)} is not valid" + (f" (expected {expected[0]})" if expected else "")
 
 
@@ -140,8 +152,11 @@ def configuration_problem(e: Exception) -> str:
 
 def check_writable(config) -> None:
     """Fail at the start, not after hours of training, when an output directory cannot be written."""
-    for key, path in (("model_dir", config.model_dir), ("checkpoint.dirpath", config.checkpoint.dirpath),
-                      ("logger.save_dir", config.logger.save_dir)):  # fmt: skip
+    for key, path in (
+        ("model_dir", config.model_dir),
+        ("checkpoint.dirpath", config.checkpoint.dirpath),
+        ("logger.save_dir", config.logger.save_dir),
+    ):
         if not path or "://" in path:
             continue
         try:
@@ -175,14 +190,20 @@ def main(argv: list[str] | None = None) -> int:
     except ArgumentError as e:
         return report(f"bad hyperparameter: {argument_problem(str(e))}; python app/train.py --help lists them")
     except SIGTERMException:
-        report("stopped by SIGTERM (StopTrainingJob or a spot interruption) after saving last.ckpt; "
-               "a job restarted with the same checkpoint location resumes from it")  # fmt: skip
+        report(
+            "stopped by SIGTERM (StopTrainingJob or a spot interruption) after saving last.ckpt; "
+            "a job restarted with the same checkpoint location resumes from it"
+        )
         return 128 + signal.SIGTERM
     except torch.OutOfMemoryError as e:
-        return report(f"out of GPU memory ({str(e).splitlines()[0]}); lower data.batch_size, "
-                      "the batch of each process, or use an instance with more GPU memory")  # fmt: skip
+        return report(
+            f"out of GPU memory ({str(e).splitlines()[0]}); lower data.batch_size, "
+            "the batch of each process, or use an instance with more GPU memory"
+        )
     except Exception as e:
-        lost_peer = isinstance(e, (torch.distributed.DistError, RuntimeError)) and sagemaker_env.in_sagemaker(os.environ)
+        lost_peer = isinstance(e, (torch.distributed.DistError, RuntimeError)) and sagemaker_env.in_sagemaker(
+            os.environ
+        )
         if lost_peer and (line := sagemaker_env.peer_failure(os.environ, str(e), socket.gethostbyname)):
             return report(line)
         traceback.print_exc()  # unforeseen: the traceback, then the one line

@@ -83,16 +83,21 @@ def prepare_job(env: dict) -> str | None:
         config = json.load(f)
     timeout = dist_timeout()
     if missing := unresolved(config["hosts"], timeout):
-        return (f"host {missing} did not come up within dist_timeout={timeout} s (its name does not resolve): "
-                "its container did not start; see its log")  # fmt: skip
+        return (
+            f"host {missing} did not come up within dist_timeout={timeout} s (its name does not resolve): "
+            "its container did not start; see its log"
+        )
     with open("/proc/net/route") as f:
         fallback = default_interface(f.read())
     fixed = repaired(config, {name for _, name in socket.if_nameindex()}, fallback)
     if fixed:
         with open(RESOURCE_CONFIG, "w") as f:
             json.dump(fixed, f)
-        print(f"entrypoint: the job names network interface {config['network_interface_name']!r}, "
-              f"which this container lacks; using {fallback!r}", flush=True)  # fmt: skip
+        print(
+            f"entrypoint: the job names network interface {config['network_interface_name']!r}, "
+            f"which this container lacks; using {fallback!r}",
+            flush=True,
+        )
     try:
         import gethostname  # sagemaker-training's preload library: gethostname() reads resourceconfig.json
     except ImportError:

@@ -23,7 +23,9 @@ def account(session: boto3.Session, need_region: bool) -> str:
     if credentials is None:
         raise SystemExit(f"error: no AWS credentials found; {SETUP}")
     if need_region and not session.region_name:
-        raise SystemExit("error: no AWS region configured; run `aws configure set region us-east-1` (yours), or set AWS_DEFAULT_REGION")
+        raise SystemExit(
+            "error: no AWS region configured; run `aws configure set region us-east-1` (yours), or set AWS_DEFAULT_REGION"
+        )
     try:
         return session.client("sts").get_caller_identity()["Account"]
     except (BotoCoreError, ClientError) as e:  # expired session, revoked key, no network

@@ -28,7 +28,16 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 # The seed tutorial's Estimator hyperparameters (README), less the CPU-only accelerator, plus its 1 worker and fp32
 BASELINE = ["--data", "CIFAR10DataModule", "--data.batch_size", "32", "--data.num_workers", "1", "--optimizer", "Adam"]
-BASELINE += ["--optimizer.lr", "1e-3", "--trainer.precision", "32-true", "--model.channels_last", "false", "--model.compile", "false"]
+BASELINE += [
+    "--optimizer.lr",
+    "1e-3",
+    "--trainer.precision",
+    "32-true",
+    "--model.channels_last",
+    "false",
+    "--model.compile",
+    "false",
+]
 PATHS = ("baseline", "default", "model_only")
 
 
@@ -64,36 +73,62 @@ def report(results: dict[str, list[dict]], args: argparse.Namespace, data_dir: s
     best = {path: max(runs, key=lambda r: r["images_per_s"]) for path, runs in results.items()}
     hw = best["default"]["hardware"]
     print(f"date: {time.strftime('%Y-%m-%d')}")
-    print(f"hardware: {hw['gpu'] or 'no GPU'}; CPU {hw['cpu']}, {hw['cores']} cores, {hw['torch_threads']} torch threads")
-    print(f"versions: python {hw['python']}, torch {hw['torch']}, torchvision {hw['torchvision']}, "
-          f"pytorch-lightning {hw['lightning']}, CUDA {hw['cuda'] or '-'}")  # fmt: skip
-    print(f"data: {data_dir} ({args.train_images} generated images, 90% for training); device {best['default']['device']}")
-    print(f"images/s over {args.steps} steps after {args.warmup} warm-up steps, best of {args.repeat} fresh process(es) per path;")
+    print(
+        f"hardware: {hw['gpu'] or 'no GPU'}; CPU {hw['cpu']}, {hw['cores']} cores, {hw['torch_threads']} torch threads"
+    )
+    print(
+        f"versions: python {hw['python']}, torch {hw['torch']}, torchvision {hw['torchvision']}, "
+        f"pytorch-lightning {hw['lightning']}, CUDA {hw['cuda'] or '-'}"
+    )
+    print(
+        f"data: {data_dir} ({args.train_images} generated images, 90% for training); device {best['default']['device']}"
+    )
+    print(
+        f"images/s over {args.steps} steps after {args.warmup} warm-up steps, best of {args.repeat} fresh process(es) per path;"
+    )
     print("first step: seconds from process start to the end of the first optimizer step (the fastest run);")
     print("peak memory: of the training process (not its DataLoader workers), the largest of the runs\n")
-    print(f"{'path':<11} {'data':<26} {'batch':>5} {'precision':<10} {'ch.last':<7} {'compile':<7} "
-          f"{'img/s':>8} {'first step s':>12} {'host MiB':>9} {'device MiB':>10}")  # fmt: skip
+    print(
+        f"{'path':<11} {'data':<26} {'batch':>5} {'precision':<10} {'ch.last':<7} {'compile':<7} "
+        f"{'img/s':>8} {'first step s':>12} {'host MiB':>9} {'device MiB':>10}"
+    )
     for path in PATHS:
         r = best[path]
         first = min(run["first_step_s"] for run in results[path])
         host = max(run["peak_host_mib"] for run in results[path])
         device = None if r["peak_device_mib"] is None else max(run["peak_device_mib"] for run in results[path])
-        print(f"{path:<11} {r['data']:<26} {r['batch_size']:>5} {r['precision']:<10} {str(r['channels_last']):<7} "
-              f"{str(r['compile']):<7} {r['images_per_s']:>8.1f} {first:>12.1f} {mib(host):>9} {mib(device):>10}")  # fmt: skip
+        print(
+            f"{path:<11} {r['data']:<26} {r['batch_size']:>5} {r['precision']:<10} {str(r['channels_last']):<7} "
+            f"{str(r['compile']):<7} {r['images_per_s']:>8.1f} {first:>12.1f} {mib(host):>9} {mib(device):>10}"
+        )
     baseline, default, model_only = (best[p]["images_per_s"] for p in PATHS)
     print(f"\ndefault/baseline = {default / baseline:.2f}x, default/model_only = {default / model_only:.2f}x")
-    print(f"bench: baseline={baseline:.1f} default={default:.1f} model_only={model_only:.1f} "
-          f"default/baseline={default / baseline:.2f} default/model_only={default / model_only:.2f}")  # fmt: skip
+    print(
+        f"bench: baseline={baseline:.1f} default={default:.1f} model_only={model_only:.1f} "
+        f"default/baseline={default / baseline:.2f} default/model_only={default / model_only:.2f}"
+    )
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    parser.add_argument("--train-images", type=int, default=50000, help="images generated for the data set (90%% train)")
-    parser.add_argument("--data-root", default=os.path.join(ROOT, "data", "bench"), help="where generated data sets are kept")
-    parser.add_argument("--warmup", type=int, default=3, help="steps before the clock starts (compilation happens there)")
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
+    )
+    parser.add_argument(
+        "--train-images", type=int, default=50000, help="images generated for the data set (90%% train)"
+    )
+    parser.add_argument(
+        "--data-root", default=os.path.join(ROOT, "data", "bench"), help="where generated data sets are kept"
+    )
+    parser.add_argument(
+        "--warmup", type=int, default=3, help="steps before the clock starts (compilation happens there)"
+    )
     parser.add_argument("--steps", type=int, default=20, help="steps timed per path")
-    parser.add_argument("--batch-size", type=int, default=None, help="default and model_only batch size; none: trainer.yaml's")
-    parser.add_argument("--repeat", type=int, default=1, help="fresh processes per path, interleaved; the fastest counts")
+    parser.add_argument(
+        "--batch-size", type=int, default=None, help="default and model_only batch size; none: trainer.yaml's"
+    )
+    parser.add_argument(
+        "--repeat", type=int, default=1, help="fresh processes per path, interleaved; the fastest counts"
+    )
     parser.add_argument("train_args", nargs="*", help="app/train.py arguments for default and model_only, after --")
     args = parser.parse_args()
     if args.warmup < 1 or args.steps < 1 or args.repeat < 1 or args.train_images < 100:
@@ -108,7 +143,10 @@ def main() -> int:
             for path in PATHS:  # interleaved: a slow spell on a shared machine hits every path alike
                 r = run(path, train_args[path], args.warmup, args.steps, log_dir)
                 results[path].append(r)
-                print(f"run {i + 1}/{args.repeat} {path}: {r['images_per_s']:.1f} images/s, first step after {r['first_step_s']:.1f} s", flush=True)
+                print(
+                    f"run {i + 1}/{args.repeat} {path}: {r['images_per_s']:.1f} images/s, first step after {r['first_step_s']:.1f} s",
+                    flush=True,
+                )
     report(results, args, data_dir)
     return 0
 

@@ -35,7 +35,14 @@ def synthetic_images(n: int, rng: np.random.Generator) -> tuple[np.ndarray, list
 
 
 def batch(name: str, data: np.ndarray, labels: list[int]) -> bytes:
-    return pickle.dumps({"batch_label": name, "labels": labels, "data": data, "filenames": [f"{name}_{i}.png" for i in range(len(labels))]})
+    return pickle.dumps(
+        {
+            "batch_label": name,
+            "labels": labels,
+            "data": data,
+            "filenames": [f"{name}_{i}.png" for i in range(len(labels))],
+        }
+    )
 
 
 def write_archive(out: str, files: dict[str, bytes]) -> str:
@@ -52,7 +59,9 @@ def write_archive(out: str, files: dict[str, bytes]) -> str:
 
 def synthetic(out: str, train: int, test: int, seed: int) -> str:
     rng = np.random.default_rng(seed)
-    files = {"batches.meta": pickle.dumps({"label_names": CLASSES, "num_cases_per_batch": -(-train // 5), "num_vis": 3072})}
+    files = {
+        "batches.meta": pickle.dumps({"label_names": CLASSES, "num_cases_per_batch": -(-train // 5), "num_vis": 3072})
+    }
     data, labels = synthetic_images(train, rng)
     for i, part in enumerate(np.array_split(np.arange(train), 5), start=1):
         files[f"data_batch_{i}"] = batch(f"data_batch_{i}", data[part], [labels[j] for j in part])
@@ -86,7 +95,10 @@ def main() -> int:
         try:
             path = cifar10(args.out)
         except OSError as e:
-            print(f"ERROR: cannot download CIFAR-10 ({e}); use 'synthetic' or copy {ARCHIVE} into {args.out}", file=sys.stderr)
+            print(
+                f"ERROR: cannot download CIFAR-10 ({e}); use 'synthetic' or copy {ARCHIVE} into {args.out}",
+                file=sys.stderr,
+            )
             return 1
     print(path)
     return 0

@@ -66,17 +66,26 @@ def revision(root: str) -> str:
     git = ["git", "-C", root]
     commit = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
     if commit.returncode:
-        raise SystemExit(f"error: {root} is not a git checkout with a commit ({commit.stderr.strip()}); the tag is the revision")
+        raise SystemExit(
+            f"error: {root} is not a git checkout with a commit ({commit.stderr.strip()}); the tag is the revision"
+        )
     changes = subprocess.run([*git, "status", "--porcelain"], capture_output=True, text=True, check=True).stdout
     return commit.stdout.strip() + ("-dirty" if changes.strip() else "")
 
 
 def docker(client: str, *args: str, stdin: str | None = None, stream: bool = False, hint: str = "") -> None:
     """Run `docker ARGS`; stream: show its output (on stderr) as it comes. One line, its last error, on failure."""
-    proc = subprocess.run([client, *args], input=stdin, text=True, stdout=sys.stderr if stream else subprocess.PIPE,
-                          stderr=subprocess.PIPE)  # fmt: skip
+    proc = subprocess.run(
+        [client, *args],
+        input=stdin,
+        text=True,
+        stdout=sys.stderr if stream else subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     if proc.returncode:
-        last = (proc.stderr.strip() or proc.stdout or "").strip().splitlines()[-1:] or [f"exit status {proc.returncode}"]
+        last = (proc.stderr.strip() or proc.stdout or "").strip().splitlines()[-1:] or [
+            f"exit status {proc.returncode}"
+        ]
         raise SystemExit(f"error: docker {' '.join(args)}: {last[0]}{hint}")
 
 
@@ -93,7 +102,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("image", nargs="?", help="the local image, name:tag (its name names the repository)")
     parser.add_argument("--registry", help="host[:port][/path] of a registry other than ECR")
-    parser.add_argument("--check", action="store_true", help="only check that the push can start (AWS credentials, region)")
+    parser.add_argument(
+        "--check", action="store_true", help="only check that the push can start (AWS credentials, region)"
+    )
     parser.add_argument("--docker", default="docker", help="the docker client")
     args = parser.parse_args()
     if not args.check and not args.image:

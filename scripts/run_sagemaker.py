@@ -34,8 +34,11 @@ DISTRIBUTIONS = {
     "none": {},
     "torch_distributed": {"sagemaker_torch_distributed_enabled": True, "sagemaker_instance_type": None},  # torchrun
     "pytorchddp": {"sagemaker_pytorch_ddp_enabled": True, "sagemaker_instance_type": None},  # mpirun, native DDP
-    "smdistributed": {"sagemaker_distributed_dataparallel_enabled": True, "sagemaker_instance_type": None,  # mpirun + SMDDP
-                      "sagemaker_distributed_dataparallel_custom_mpi_options": ""},  # fmt: skip
+    "smdistributed": {
+        "sagemaker_distributed_dataparallel_enabled": True,
+        "sagemaker_instance_type": None,  # mpirun + SMDDP
+        "sagemaker_distributed_dataparallel_custom_mpi_options": "",
+    },
     "mpi": {"sagemaker_mpi_enabled": True, "sagemaker_mpi_custom_mpi_options": ""},  # mpirun
 }
 # What the trainer prints (app/callbacks.py: LogLines, RankReport), read by SageMaker into CloudWatch metrics and for
@@ -72,7 +75,9 @@ def framework_hyperparameters(distribution: str, instance_type: str, processes_p
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
+    )
     p.add_argument("--image", required=True, help="image URI: a local tag for local mode, an ECR URI for the cloud")
     p.add_argument("--instance-type", default="local", help="local, local_gpu, or an ml.* type")
     p.add_argument("--instance-count", type=int, default=1, help="hosts (containers in local mode)")
@@ -81,26 +86,76 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--output", required=True, help="where each job's folder goes: a directory, file://... or s3://...")
     p.add_argument("--role", default=None, help="SageMaker execution role ARN (needed in the cloud)")
     p.add_argument("--job-name", default="lightning", help="job name prefix; a timestamp is appended")
-    p.add_argument("--sdk", choices=["v2", "v3"], default=None, help="SageMaker SDK API (default: the installed major version)")
-    p.add_argument("--distribution", choices=list(DISTRIBUTIONS), default="none", help="how SageMaker starts the processes")
-    p.add_argument("--processes-per-host", type=int, default=None, help="for the distributions (default: one per GPU, or 1)")
-    p.add_argument("--launcher", choices=["lightning", "torchrun"], default="lightning",
-                   help="without a distribution: Lightning starts the per-device processes, or torchrun (c10d) does")  # fmt: skip
-    p.add_argument("--checkpoints", default=None, help="where last.ckpt lives across restarts: s3://... (checkpoint_s3_uri; "
-                   "default: <output>/<job>/checkpoints/), or a directory in local mode")  # fmt: skip
-    p.add_argument("--spot", action="store_true", help="managed spot training: resumes from --checkpoints when interrupted")
+    p.add_argument(
+        "--sdk", choices=["v2", "v3"], default=None, help="SageMaker SDK API (default: the installed major version)"
+    )
+    p.add_argument(
+        "--distribution", choices=list(DISTRIBUTIONS), default="none", help="how SageMaker starts the processes"
+    )
+    p.add_argument(
+        "--processes-per-host", type=int, default=None, help="for the distributions (default: one per GPU, or 1)"
+    )
+    p.add_argument(
+        "--launcher",
+        choices=["lightning", "torchrun"],
+        default="lightning",
+        help="without a distribution: Lightning starts the per-device processes, or torchrun (c10d) does",
+    )
+    p.add_argument(
+        "--checkpoints",
+        default=None,
+        help="where last.ckpt lives across restarts: s3://... (checkpoint_s3_uri; "
+        "default: <output>/<job>/checkpoints/), or a directory in local mode",
+    )
+    p.add_argument(
+        "--spot", action="store_true", help="managed spot training: resumes from --checkpoints when interrupted"
+    )
     p.add_argument("--max-run", type=int, default=24 * 3600, help="seconds of training before SageMaker stops the job")
-    p.add_argument("--max-wait", type=int, default=None, help="with --spot: seconds including waits for capacity (≥ --max-run; default 2 × it)")
-    p.add_argument("--max-retry-attempts", type=int, default=None, help="restarts after interruptions or internal errors (--spot: default 3)")
-    p.add_argument("--tensorboard", default=None, help="s3://... for TensorBoard logs written during training (else in output.tar.gz)")
-    p.add_argument("--network-isolation", action="store_true", help="no network access from the containers (data through channels only)")
+    p.add_argument(
+        "--max-wait",
+        type=int,
+        default=None,
+        help="with --spot: seconds including waits for capacity (≥ --max-run; default 2 × it)",
+    )
+    p.add_argument(
+        "--max-retry-attempts",
+        type=int,
+        default=None,
+        help="restarts after interruptions or internal errors (--spot: default 3)",
+    )
+    p.add_argument(
+        "--tensorboard",
+        default=None,
+        help="s3://... for TensorBoard logs written during training (else in output.tar.gz)",
+    )
+    p.add_argument(
+        "--network-isolation",
+        action="store_true",
+        help="no network access from the containers (data through channels only)",
+    )
     p.add_argument("--subnets", default=None, help="comma-separated VPC subnet IDs")
-    p.add_argument("--security-groups", default=None, help="comma-separated security group IDs (multi-node: one that admits itself)")
+    p.add_argument(
+        "--security-groups",
+        default=None,
+        help="comma-separated security group IDs (multi-node: one that admits itself)",
+    )
     p.add_argument("--tag", action="append", default=[], metavar="KEY=VALUE", help="a tag of the job (repeatable)")
-    p.add_argument("--env", action="append", default=[], metavar="KEY=VALUE", help="an environment variable of the job (repeatable)")
-    p.add_argument("--wait", action=argparse.BooleanOptionalAction, default=True, help="wait for the job and stream its logs")
-    p.add_argument("--dry-run", action="store_true", help="print the CreateTrainingJob request as JSON and send nothing (cloud)")
-    p.add_argument("hyperparameters", nargs="*", metavar="key=value", help="trainer arguments, e.g. trainer.max_epochs=5")
+    p.add_argument(
+        "--env",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="an environment variable of the job (repeatable)",
+    )
+    p.add_argument(
+        "--wait", action=argparse.BooleanOptionalAction, default=True, help="wait for the job and stream its logs"
+    )
+    p.add_argument(
+        "--dry-run", action="store_true", help="print the CreateTrainingJob request as JSON and send nothing (cloud)"
+    )
+    p.add_argument(
+        "hyperparameters", nargs="*", metavar="key=value", help="trainer arguments, e.g. trainer.max_epochs=5"
+    )
     return p.parse_args(argv)
 
 
@@ -158,16 +213,29 @@ def make_job(args: argparse.Namespace) -> Job:
     if args.spot:
         max_wait = args.max_wait or 2 * args.max_run
         if max_wait < args.max_run:
-            raise SystemExit(f"error: --max-wait {max_wait} is below --max-run {args.max_run}; spot jobs need max_wait ≥ max_run")
+            raise SystemExit(
+                f"error: --max-wait {max_wait} is below --max-run {args.max_run}; spot jobs need max_wait ≥ max_run"
+            )
     if args.tensorboard:
         hps.setdefault("logger.save_dir", args.tensorboard)
     hps.update(framework_hyperparameters(args.distribution, args.instance_type, args.processes_per_host))
     env = {"DATA_CHANNEL": args.channel, **({"LAUNCHER": "torchrun"} if args.launcher == "torchrun" else {})}
     env.update(key_values(args.env, "NCCL_DEBUG=INFO"))
     retries = args.max_retry_attempts if args.max_retry_attempts is not None else (3 if args.spot else None)
-    return Job(name, args, output, inputs, hps, env, checkpoints, max_wait, retries, key_values(args.tag, "project=cifar10"),
-               args.subnets.split(",") if args.subnets else None,
-               args.security_groups.split(",") if args.security_groups else None)  # fmt: skip
+    return Job(
+        name,
+        args,
+        output,
+        inputs,
+        hps,
+        env,
+        checkpoints,
+        max_wait,
+        retries,
+        key_values(args.tag, "project=cifar10"),
+        args.subnets.split(",") if args.subnets else None,
+        args.security_groups.split(",") if args.security_groups else None,
+    )
 
 
 def intercept_create_training_job(boto_session) -> None:
@@ -179,7 +247,10 @@ def intercept_create_training_job(boto_session) -> None:
         print(json.dumps(params, indent=2, sort_keys=True, default=str))
 
     def answer(model, params, **kwargs):
-        job = {"TrainingJobName": "dry-run", "TrainingJobArn": "arn:aws:sagemaker:dry-run:000000000000:training-job/dry-run"}
+        job = {
+            "TrainingJobName": "dry-run",
+            "TrainingJobArn": "arn:aws:sagemaker:dry-run:000000000000:training-job/dry-run",
+        }
         return AWSResponse("https://dry-run", 200, {}, None), {**job, "TrainingJobStatus": "InProgress"}
 
     boto_session.events.register("before-parameter-build.sagemaker.CreateTrainingJob", show)
@@ -206,16 +277,32 @@ def run_v2(job: Job) -> str | None:
         if args.dry_run:
             intercept_create_training_job(boto_session)
         session = Session(boto_session=boto_session)
-        cloud = dict(checkpoint_s3_uri=job.checkpoints, checkpoint_local_path=CHECKPOINTS,
-                     metric_definitions=[{"Name": n, "Regex": r} for n, r in METRICS.items()],
-                     use_spot_instances=args.spot, max_run=args.max_run, max_wait=job.max_wait,
-                     max_retry_attempts=job.max_retry_attempts, enable_network_isolation=args.network_isolation,
-                     subnets=job.subnets, security_group_ids=job.security_groups,
-                     tags=[{"Key": k, "Value": v} for k, v in job.tags.items()] or None,
-                     disable_profiler=True, debugger_hook_config=False)  # SageMaker Debugger: not for this image  # fmt: skip
-    estimator = Estimator(image_uri=args.image, role=args.role or LOCAL_ROLE, instance_count=args.instance_count,
-                          instance_type=args.instance_type, output_path=output, hyperparameters=job.hyperparameters,
-                          environment=job.environment, sagemaker_session=session, **cloud)  # fmt: skip
+        cloud = dict(
+            checkpoint_s3_uri=job.checkpoints,
+            checkpoint_local_path=CHECKPOINTS,
+            metric_definitions=[{"Name": n, "Regex": r} for n, r in METRICS.items()],
+            use_spot_instances=args.spot,
+            max_run=args.max_run,
+            max_wait=job.max_wait,
+            max_retry_attempts=job.max_retry_attempts,
+            enable_network_isolation=args.network_isolation,
+            subnets=job.subnets,
+            security_group_ids=job.security_groups,
+            tags=[{"Key": k, "Value": v} for k, v in job.tags.items()] or None,
+            disable_profiler=True,
+            debugger_hook_config=False,
+        )  # SageMaker Debugger: not for this image
+    estimator = Estimator(
+        image_uri=args.image,
+        role=args.role or LOCAL_ROLE,
+        instance_count=args.instance_count,
+        instance_type=args.instance_type,
+        output_path=output,
+        hyperparameters=job.hyperparameters,
+        environment=job.environment,
+        sagemaker_session=session,
+        **cloud,
+    )
     estimator.fit(job.inputs, job_name=job.name, wait=job.wait, logs="All" if job.wait else "None")
     return estimator.model_data if job.wait else None
 
@@ -224,8 +311,17 @@ def run_v3(job: Job) -> str | None:
     """SDK 3.x: ModelTrainer(training_image=...), Mode.LOCAL_CONTAINER for local instance types."""
     import boto3
     from sagemaker.core.helper.session_helper import Session
-    from sagemaker.core.training.configs import (CheckpointConfig, Compute, InputData, MetricDefinition, Networking,
-                                                 OutputDataConfig, RetryStrategy, StoppingCondition, Tag)  # fmt: skip
+    from sagemaker.core.training.configs import (
+        CheckpointConfig,
+        Compute,
+        InputData,
+        MetricDefinition,
+        Networking,
+        OutputDataConfig,
+        RetryStrategy,
+        StoppingCondition,
+        Tag,
+    )
     from sagemaker.train import ModelTrainer
     from sagemaker.train.model_trainer import Mode
 
@@ -235,33 +331,55 @@ def run_v3(job: Job) -> str | None:
     if job.local:
         if not job.output.startswith("file://"):
             raise SystemExit("error: SDK 3.x local mode writes its artifacts to a local --output directory")
-        root = os.path.join(job.output[len("file://"):], job.name)
+        root = os.path.join(job.output[len("file://") :], job.name)
         os.makedirs(root, exist_ok=True)
-        settings = dict(training_mode=Mode.LOCAL_CONTAINER, local_container_root=root,
-                        compute=Compute(instance_type="local_cpu" if args.instance_type == "local" else args.instance_type,
-                                        instance_count=args.instance_count))  # fmt: skip
+        settings = dict(
+            training_mode=Mode.LOCAL_CONTAINER,
+            local_container_root=root,
+            compute=Compute(
+                instance_type="local_cpu" if args.instance_type == "local" else args.instance_type,
+                instance_count=args.instance_count,
+            ),
+        )
     else:
         boto_session = boto3.Session()
         if args.dry_run:
             intercept_create_training_job(boto_session)
-        settings = dict(sagemaker_session=Session(boto_session=boto_session),
-                        compute=Compute(instance_type=args.instance_type, instance_count=args.instance_count,
-                                        enable_managed_spot_training=args.spot),
-                        stopping_condition=StoppingCondition(max_runtime_in_seconds=args.max_run,
-                                                             max_wait_time_in_seconds=job.max_wait),
-                        output_data_config=OutputDataConfig(s3_output_path=job.output),
-                        checkpoint_config=CheckpointConfig(s3_uri=job.checkpoints, local_path=CHECKPOINTS),
-                        networking=Networking(enable_network_isolation=args.network_isolation, subnets=job.subnets,
-                                              security_group_ids=job.security_groups),
-                        tags=[Tag(key=k, value=v) for k, v in job.tags.items()] or None)  # fmt: skip
-    trainer = ModelTrainer(training_image=args.image, role=args.role or LOCAL_ROLE, base_job_name=job.name,
-                           hyperparameters=job.hyperparameters, environment=job.environment, **settings)  # fmt: skip
+        settings = dict(
+            sagemaker_session=Session(boto_session=boto_session),
+            compute=Compute(
+                instance_type=args.instance_type,
+                instance_count=args.instance_count,
+                enable_managed_spot_training=args.spot,
+            ),
+            stopping_condition=StoppingCondition(
+                max_runtime_in_seconds=args.max_run, max_wait_time_in_seconds=job.max_wait
+            ),
+            output_data_config=OutputDataConfig(s3_output_path=job.output),
+            checkpoint_config=CheckpointConfig(s3_uri=job.checkpoints, local_path=CHECKPOINTS),
+            networking=Networking(
+                enable_network_isolation=args.network_isolation,
+                subnets=job.subnets,
+                security_group_ids=job.security_groups,
+            ),
+            tags=[Tag(key=k, value=v) for k, v in job.tags.items()] or None,
+        )
+    trainer = ModelTrainer(
+        training_image=args.image,
+        role=args.role or LOCAL_ROLE,
+        base_job_name=job.name,
+        hyperparameters=job.hyperparameters,
+        environment=job.environment,
+        **settings,
+    )
     if not job.local:
         trainer = trainer.with_metric_definitions([MetricDefinition(name=n, regex=r) for n, r in METRICS.items()])
         if job.max_retry_attempts is not None:
             trainer = trainer.with_retry_strategy(RetryStrategy(maximum_retry_attempts=job.max_retry_attempts))
-    inputs = [InputData(channel_name=name, data_source=source if source.startswith("s3://") else source[len("file://"):])
-              for name, source in job.inputs.items()]  # fmt: skip
+    inputs = [
+        InputData(channel_name=name, data_source=source if source.startswith("s3://") else source[len("file://") :])
+        for name, source in job.inputs.items()
+    ]
     trainer.train(input_data_config=inputs, wait=job.wait, logs=job.wait)
     if job.local:
         return f"file://{root}/compressed_artifacts/model.tar.gz"  # where SDK 3.x local mode packs it
@@ -274,14 +392,16 @@ def main(argv: list[str] | None = None) -> int:
     sdk = args.sdk or installed
     if sdk != installed:
         venv = ".venv-sdk3" if sdk == "v3" else ".venv"
-        raise SystemExit(f"error: --sdk {sdk} needs SageMaker SDK {sdk[1]}.x, but {installed[1]}.x is installed here; "
-                         f"run {venv}/bin/python {sys.argv[0]} (make install makes it)")  # fmt: skip
+        raise SystemExit(
+            f"error: --sdk {sdk} needs SageMaker SDK {sdk[1]}.x, but {installed[1]}.x is installed here; "
+            f"run {venv}/bin/python {sys.argv[0]} (make install makes it)"
+        )
     job = make_job(args)
     if job.local and "checkpoints" in job.inputs:
-        os.makedirs(job.inputs["checkpoints"][len("file://"):], exist_ok=True)
+        os.makedirs(job.inputs["checkpoints"][len("file://") :], exist_ok=True)
     model = (run_v2 if sdk == "v2" else run_v3)(job)
     if model:
-        print(f"model.tar.gz: {model[len('file://'):] if model.startswith('file://') else model}")
+        print(f"model.tar.gz: {model[len('file://') :] if model.startswith('file://') else model}")
     elif not args.dry_run:
         print(f"started {job.name}; model.tar.gz will be under {job.output}")
     return 0

@@ -24,8 +24,12 @@ def opt_ml(root: str, train_images: int) -> str:
         "resourceconfig.json": {"current_host": "algo-1", "hosts": ["algo-1"], "network_interface_name": "eth0"},
         "inputdataconfig.json": {"training": {"TrainingInputMode": "File"}},
         # one progress line per step; two steps and no validation: the run ends right after what is measured
-        "hyperparameters.json": {"trainer.log_every_n_steps": "1", "trainer.limit_train_batches": "2",
-                                 "trainer.limit_val_batches": "0", "trainer.max_epochs": "1"},  # fmt: skip
+        "hyperparameters.json": {
+            "trainer.log_every_n_steps": "1",
+            "trainer.limit_train_batches": "2",
+            "trainer.limit_val_batches": "0",
+            "trainer.max_epochs": "1",
+        },
     }
     for name, content in files.items():
         with open(os.path.join(config, name), "w") as f:
@@ -36,9 +40,24 @@ def opt_ml(root: str, train_images: int) -> str:
 
 def first_step_seconds(image: str, root: str) -> float:
     started = time.monotonic()
-    run = subprocess.Popen(["docker", "run", "--rm", "--network", "none", "--add-host", "algo-1:127.0.0.1",
-                            "-v", f"{root}/input:/opt/ml/input:ro", image, "train"],
-                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
+    run = subprocess.Popen(
+        [
+            "docker",
+            "run",
+            "--rm",
+            "--network",
+            "none",
+            "--add-host",
+            "algo-1:127.0.0.1",
+            "-v",
+            f"{root}/input:/opt/ml/input:ro",
+            image,
+            "train",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     seconds = None
     for line in run.stdout:
         if seconds is None and " step 1/" in line:
@@ -57,9 +76,13 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as root:
         opt_ml(root, args.train_images)
         runs = [first_step_seconds(args.image, root) for _ in range(args.repeat)]
-    engine = subprocess.run(["docker", "version", "-f", "{{.Server.Version}}"], capture_output=True, text=True).stdout.strip()
-    print(f"runs: {', '.join(f'{s:.1f}' for s in runs)} s; {os.cpu_count()} CPUs {platform.processor() or platform.machine()}, "
-          f"Docker {engine}, {args.train_images} training images")  # fmt: skip
+    engine = subprocess.run(
+        ["docker", "version", "-f", "{{.Server.Version}}"], capture_output=True, text=True
+    ).stdout.strip()
+    print(
+        f"runs: {', '.join(f'{s:.1f}' for s in runs)} s; {os.cpu_count()} CPUs {platform.processor() or platform.machine()}, "
+        f"Docker {engine}, {args.train_images} training images"
+    )
     print(f"startup: first_step_s={min(runs):.1f}")
     return 0
 

@@ -149,7 +149,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--warmup", type=int, default=2, help="optimizer steps before the clock starts (at least 1)")
     parser.add_argument("--steps", type=int, default=5, help="optimizer steps timed")
-    parser.add_argument("--started", type=float, default=STARTED, help="epoch seconds when the launcher started this process")
+    parser.add_argument(
+        "--started", type=float, default=STARTED, help="epoch seconds when the launcher started this process"
+    )
     parser.add_argument("--model-only", action="store_true", help="train on one synthetic batch already on the device")
     parser.add_argument("train_args", nargs="*", help="app/train.py arguments, after --")
     args = parser.parse_args()

@@ -39,9 +39,15 @@ def dataset_files(source: str) -> dict[str, str]:
     if os.path.isfile(archive):
         return {make_dataset.ARCHIVE: archive}
     if os.path.isdir(folder):
-        return {f"{make_dataset.FOLDER}/{n}": os.path.join(folder, n) for n in sorted(os.listdir(folder)) if os.path.isfile(os.path.join(folder, n))}
-    raise SystemExit(f"error: {source} holds neither {make_dataset.ARCHIVE} nor {make_dataset.FOLDER}/; "
-                     "make them with scripts/make_dataset.py, or name the directory that holds them")  # fmt: skip
+        return {
+            f"{make_dataset.FOLDER}/{n}": os.path.join(folder, n)
+            for n in sorted(os.listdir(folder))
+            if os.path.isfile(os.path.join(folder, n))
+        }
+    raise SystemExit(
+        f"error: {source} holds neither {make_dataset.ARCHIVE} nor {make_dataset.FOLDER}/; "
+        "make them with scripts/make_dataset.py, or name the directory that holds them"
+    )
 
 
 def check_destination(s3, bucket: str, prefix: str) -> None:
@@ -52,17 +58,25 @@ def check_destination(s3, bucket: str, prefix: str) -> None:
     except ClientError as e:
         code = e.response["Error"]["Code"]
         if code in ("404", "NoSuchBucket"):
-            raise SystemExit(f"error: bucket {bucket} does not exist; make it in the jobs' region: aws s3 mb s3://{bucket}") from None
+            raise SystemExit(
+                f"error: bucket {bucket} does not exist; make it in the jobs' region: aws s3 mb s3://{bucket}"
+            ) from None
         raise SystemExit(f"error: bucket {bucket}: {e}; check the name and your s3:ListBucket permission") from None
     if taken:
-        raise SystemExit(f"error: s3://{bucket}/{prefix}/ already holds objects, which the job would read too; "
-                         f"choose a new prefix, or empty it: aws s3 rm --recursive s3://{bucket}/{prefix}/")  # fmt: skip
+        raise SystemExit(
+            f"error: s3://{bucket}/{prefix}/ already holds objects, which the job would read too; "
+            f"choose a new prefix, or empty it: aws s3 rm --recursive s3://{bucket}/{prefix}/"
+        )
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("destination", help="s3://bucket/prefix, an empty prefix")
-    parser.add_argument("--from", dest="source", help=f"a local directory with {make_dataset.ARCHIVE} or {make_dataset.FOLDER}/ (default: download)")
+    parser.add_argument(
+        "--from",
+        dest="source",
+        help=f"a local directory with {make_dataset.ARCHIVE} or {make_dataset.FOLDER}/ (default: download)",
+    )
     args = parser.parse_args()
     bucket, prefix = s3_prefix(args.destination)
     files = dataset_files(args.source) if args.source else None  # local checks first: they are instant
@@ -75,15 +89,23 @@ def main() -> int:
             with contextlib.redirect_stdout(sys.stderr):  # torchvision's messages: stdout is the URI alone
                 files = dataset_files(os.path.dirname(make_dataset.cifar10(DOWNLOADS)))
         except (OSError, RuntimeError) as e:  # no network (URLError is an OSError), or a corrupt download
-            raise SystemExit(f"error: cannot download CIFAR-10 ({e}); pass --from DIR, a directory with "
-                             f"{make_dataset.ARCHIVE} or {make_dataset.FOLDER}/") from None  # fmt: skip
+            raise SystemExit(
+                f"error: cannot download CIFAR-10 ({e}); pass --from DIR, a directory with "
+                f"{make_dataset.ARCHIVE} or {make_dataset.FOLDER}/"
+            ) from None
     for name, path in files.items():
-        print(f"uploading {path} ({os.path.getsize(path) / 1e6:.1f} MB) to s3://{bucket}/{prefix}/{name}", file=sys.stderr)
+        print(
+            f"uploading {path} ({os.path.getsize(path) / 1e6:.1f} MB) to s3://{bucket}/{prefix}/{name}", file=sys.stderr
+        )
         try:
             s3.upload_file(path, bucket, f"{prefix}/{name}")  # multipart and parallel above 8 MB
         except (S3UploadFailedError, BotoCoreError, ClientError) as e:
-            raise SystemExit(f"error: uploading {path} failed ({e}); empty s3://{bucket}/{prefix}/ and run again") from None
-    print(f"s3://{bucket}/{prefix}/")  # the trailing / keeps the channel from also matching sibling prefixes (cifar10-old/)
+            raise SystemExit(
+                f"error: uploading {path} failed ({e}); empty s3://{bucket}/{prefix}/ and run again"
+            ) from None
+    print(
+        f"s3://{bucket}/{prefix}/"
+    )  # the trailing / keeps the channel from also matching sibling prefixes (cifar10-old/)
     return 0
 
 

@@ -13,8 +13,11 @@ import pytest
 @pytest.fixture(scope="session")
 def moto_endpoint(free_port, wait_until_up):
     url = f"http://127.0.0.1:{free_port()}"
-    server = subprocess.Popen([sys.executable, "-m", "moto.server", "-p", url.rsplit(":", 1)[1]],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    server = subprocess.Popen(
+        [sys.executable, "-m", "moto.server", "-p", url.rsplit(":", 1)[1]],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     wait_until_up(server, f"{url}/moto-api/", timeout_s=60)
     yield url
     server.terminate()
@@ -25,8 +28,12 @@ def moto_endpoint(free_port, wait_until_up):
 def aws(moto_endpoint, monkeypatch) -> dict[str, str]:
     """The environment (also set in this process) that points AWS clients at a fresh moto server."""
     urllib.request.urlopen(urllib.request.Request(f"{moto_endpoint}/moto-api/reset", method="POST"))
-    env = {"AWS_ENDPOINT_URL": moto_endpoint, "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-           "AWS_DEFAULT_REGION": "us-east-1"}  # fmt: skip
+    env = {
+        "AWS_ENDPOINT_URL": moto_endpoint,
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }
     for key, value in env.items():
         monkeypatch.setenv(key, value)
     for key in ("AWS_PROFILE", "AWS_SESSION_TOKEN"):

@@ -17,17 +17,56 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 PYTHON = {"v2": sys.executable, "v3": os.path.join(ROOT, ".venv-sdk3", "bin", "python")}
 IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/sagemaker-lightning:abc1234"
 ROLE = "arn:aws:iam::123456789012:role/SageMakerTraining"
-JOB = ["--image", IMAGE, "--instance-type", "ml.p4d.24xlarge", "--instance-count", "2", "--role", ROLE,
-       "--input", "s3://cifar-data/cifar10", "--output", "s3://ml-jobs/jobs", "--job-name", "cifar",
-       "--spot", "--max-run", "7200", "--max-wait", "10800", "--max-retry-attempts", "2",
-       "--distribution", "torch_distributed", "--network-isolation", "--subnets", "subnet-1,subnet-2",
-       "--security-groups", "sg-1", "--tag", "project=cifar10", "--tag", "owner=ml", "--env", "NCCL_DEBUG=INFO",
-       "--tensorboard", "s3://ml-jobs/tensorboard", "trainer.max_epochs=30", "data.batch_size=256"]  # fmt: skip
+JOB = [
+    "--image",
+    IMAGE,
+    "--instance-type",
+    "ml.p4d.24xlarge",
+    "--instance-count",
+    "2",
+    "--role",
+    ROLE,
+    "--input",
+    "s3://cifar-data/cifar10",
+    "--output",
+    "s3://ml-jobs/jobs",
+    "--job-name",
+    "cifar",
+    "--spot",
+    "--max-run",
+    "7200",
+    "--max-wait",
+    "10800",
+    "--max-retry-attempts",
+    "2",
+    "--distribution",
+    "torch_distributed",
+    "--network-isolation",
+    "--subnets",
+    "subnet-1,subnet-2",
+    "--security-groups",
+    "sg-1",
+    "--tag",
+    "project=cifar10",
+    "--tag",
+    "owner=ml",
+    "--env",
+    "NCCL_DEBUG=INFO",
+    "--tensorboard",
+    "s3://ml-jobs/tensorboard",
+    "trainer.max_epochs=30",
+    "data.batch_size=256",
+]
 
 
 def launch(sdk: str, env: dict, *extra: str) -> subprocess.CompletedProcess:
-    run = subprocess.run([PYTHON[sdk], os.path.join(ROOT, "scripts", "run_sagemaker.py"), *JOB, *extra],
-                         env={**os.environ, **env}, capture_output=True, text=True, timeout=300)  # fmt: skip
+    run = subprocess.run(
+        [PYTHON[sdk], os.path.join(ROOT, "scripts", "run_sagemaker.py"), *JOB, *extra],
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-3000:]
     return run
 
@@ -35,8 +74,13 @@ def launch(sdk: str, env: dict, *extra: str) -> subprocess.CompletedProcess:
 @pytest.mark.parametrize("sdk", ["v2", "v3"])
 def test_dry_run_prints_the_whole_request_and_sends_nothing(sdk, tmp_path):
     # no credentials and an endpoint that answers nothing: a dry run must not need either
-    offline = {"AWS_ACCESS_KEY_ID": "", "AWS_SECRET_ACCESS_KEY": "", "AWS_CONFIG_FILE": os.devnull,
-               "AWS_SHARED_CREDENTIALS_FILE": os.devnull, "AWS_ENDPOINT_URL": "http://127.0.0.1:9"}  # fmt: skip
+    offline = {
+        "AWS_ACCESS_KEY_ID": "",
+        "AWS_SECRET_ACCESS_KEY": "",
+        "AWS_CONFIG_FILE": os.devnull,
+        "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
+        "AWS_ENDPOINT_URL": "http://127.0.0.1:9",
+    }
     request = json.loads(launch(sdk, offline, "--dry-run").stdout)
     name = request["TrainingJobName"]
     assert name.startswith("cifar-")
@@ -44,9 +88,15 @@ def test_dry_run_prints_the_whole_request_and_sends_nothing(sdk, tmp_path):
     metrics = {m["Name"]: m["Regex"] for m in request["AlgorithmSpecification"]["MetricDefinitions"]}
     assert metrics == run_sagemaker.METRICS
     assert request["RoleArn"] == ROLE
-    assert request["ResourceConfig"]["InstanceType"] == "ml.p4d.24xlarge" and request["ResourceConfig"]["InstanceCount"] == 2
+    assert (
+        request["ResourceConfig"]["InstanceType"] == "ml.p4d.24xlarge"
+        and request["ResourceConfig"]["InstanceCount"] == 2
+    )
     (channel,) = request["InputDataConfig"]
-    assert channel["ChannelName"] == "training" and channel["DataSource"]["S3DataSource"]["S3Uri"] == "s3://cifar-data/cifar10"
+    assert (
+        channel["ChannelName"] == "training"
+        and channel["DataSource"]["S3DataSource"]["S3Uri"] == "s3://cifar-data/cifar10"
+    )
     assert request["OutputDataConfig"]["S3OutputPath"] == "s3://ml-jobs/jobs"
     assert request["EnableManagedSpotTraining"] is True
     stop = request["StoppingCondition"]
@@ -79,7 +129,10 @@ def test_create_training_job_on_the_moto_server(sdk, aws):
     assert job["OutputDataConfig"]["S3OutputPath"] == "s3://ml-jobs/jobs"
     assert job["EnableManagedSpotTraining"] is True
     assert job["StoppingCondition"] == {"MaxRuntimeInSeconds": 7200, "MaxWaitTimeInSeconds": 10800}
-    assert job["CheckpointConfig"]["S3Uri"].endswith("/checkpoints/") and job["CheckpointConfig"]["LocalPath"] == "/opt/ml/checkpoints"
+    assert (
+        job["CheckpointConfig"]["S3Uri"].endswith("/checkpoints/")
+        and job["CheckpointConfig"]["LocalPath"] == "/opt/ml/checkpoints"
+    )
     assert job["HyperParameters"]["trainer.max_epochs"] == "30"
     assert json.loads(job["HyperParameters"]["sagemaker_torch_distributed_enabled"]) is True
     assert job["EnableNetworkIsolation"] is True

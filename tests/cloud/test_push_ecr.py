@@ -1,6 +1,6 @@
 """`make push`'s AWS side against moto: the ECR repository, Docker's credentials, and the check before any build.
 
-    .venv/bin/pytest tests/cloud/test_push_ecr.py -q
+.venv/bin/pytest tests/cloud/test_push_ecr.py -q
 """
 
 import base64
@@ -33,7 +33,9 @@ def test_docker_credentials_come_from_ecrs_authorization_token(aws):
     ecr = boto3.client("ecr")
     authorization = ecr.get_authorization_token()["authorizationData"][0]
     login = push.login_from_token(authorization)
-    assert login.registry == push.ecr_repository(ecr, "sagemaker-lightning").split("/")[0]  # logged in where the image goes
+    assert (
+        login.registry == push.ecr_repository(ecr, "sagemaker-lightning").split("/")[0]
+    )  # logged in where the image goes
     assert login.username == "AWS" and login.password
     assert base64.b64decode(authorization["authorizationToken"]).decode() == f"AWS:{login.password}"
 
@@ -42,7 +44,10 @@ def test_check_names_the_account_and_region(aws):
     proc = subprocess.run([sys.executable, PUSH, "--check"], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     account = boto3.client("sts").get_caller_identity()["Account"]
-    assert (proc.stdout, proc.stderr) == ("", f"pushing to ECR: account {account}, region {aws['AWS_DEFAULT_REGION']}\n")
+    assert (proc.stdout, proc.stderr) == (
+        "",
+        f"pushing to ECR: account {account}, region {aws['AWS_DEFAULT_REGION']}\n",
+    )
 
 
 def test_check_without_a_region_is_one_line(aws, monkeypatch, tmp_path):
@@ -60,7 +65,7 @@ def test_make_build_push_without_credentials_stops_before_the_build(no_aws, make
     """
     calls = tmp_path / "docker-calls"
     spy = tmp_path / "docker"
-    spy.write_text(f"#!/bin/sh\necho \"$@\" >> {calls}\nexit 1\n")
+    spy.write_text(f'#!/bin/sh\necho "$@" >> {calls}\nexit 1\n')
     spy.chmod(0o755)
 
     start = time.monotonic()

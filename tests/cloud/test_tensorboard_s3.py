@@ -14,11 +14,29 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 def test_tensorboard_events_reach_s3_during_training(aws, archive_dir, tmp_path):
     boto3.client("s3").create_bucket(Bucket="tensorboard-logs")
-    cmd = [sys.executable, os.path.join(ROOT, "app", "train.py"), "--data.data_dir", archive_dir,
-           "--logger.save_dir", "s3://tensorboard-logs/runs", "--logger.flush_secs", "1",
-           "--trainer.max_epochs", "2", "--trainer.limit_train_batches", "3", "--trainer.limit_val_batches", "1",
-           "--trainer.log_every_n_steps", "1", "--trainer.accelerator", "cpu", "--data.batch_size", "16",
-           "--trainer.callbacks+=tensorboard_check.EventsOnS3Already"]  # fmt: skip
+    cmd = [
+        sys.executable,
+        os.path.join(ROOT, "app", "train.py"),
+        "--data.data_dir",
+        archive_dir,
+        "--logger.save_dir",
+        "s3://tensorboard-logs/runs",
+        "--logger.flush_secs",
+        "1",
+        "--trainer.max_epochs",
+        "2",
+        "--trainer.limit_train_batches",
+        "3",
+        "--trainer.limit_val_batches",
+        "1",
+        "--trainer.log_every_n_steps",
+        "1",
+        "--trainer.accelerator",
+        "cpu",
+        "--data.batch_size",
+        "16",
+        "--trainer.callbacks+=tensorboard_check.EventsOnS3Already",
+    ]
     env = {**os.environ, **aws, "PYTHONPATH": os.path.join(ROOT, "tests", "plugins")}
     run = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr[-3000:]

@@ -1,6 +1,6 @@
 """scripts/upload_data.py against moto's S3: what lands under the prefix, the URI it prints, and bad input.
 
-    .venv/bin/pytest tests/cloud/test_upload_data_s3.py -q
+.venv/bin/pytest tests/cloud/test_upload_data_s3.py -q
 """
 
 import os
@@ -15,7 +15,9 @@ import aws_account
 import make_dataset
 
 pytestmark = pytest.mark.cloud
-UPLOAD = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "scripts", "upload_data.py")
+UPLOAD = os.path.join(
+    os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "scripts", "upload_data.py"
+)
 BUCKET = "datasets"
 
 
@@ -27,8 +29,14 @@ def s3(aws):
 
 
 def upload(*args: str, cwd: str | None = None, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, UPLOAD, *args], capture_output=True, text=True, cwd=cwd, timeout=120,
-                          env={**os.environ, **(env or {})})  # fmt: skip
+    return subprocess.run(
+        [sys.executable, UPLOAD, *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=120,
+        env={**os.environ, **(env or {})},
+    )
 
 
 def contents(s3, prefix: str) -> dict[str, bytes]:
@@ -73,7 +81,9 @@ def test_bad_input_is_one_line_and_uploads_nothing(s3, archive_dir, tmp_path, fr
         args = ["--from", str(tmp_path)]
     elif case == "prefix taken":
         s3.put_object(Bucket=BUCKET, Key="cifar10/old-file", Body=b"stale")
-    elif case == "no network":  # no --from: the download's HTTPS goes to a closed port (moto is plain HTTP: not proxied)
+    elif (
+        case == "no network"
+    ):  # no --from: the download's HTTPS goes to a closed port (moto is plain HTTP: not proxied)
         closed = f"http://127.0.0.1:{free_port()}"
         args, env = [], {"HTTPS_PROXY": closed, "https_proxy": closed}
     before = contents(s3, "")
@@ -86,5 +96,9 @@ def test_bad_input_is_one_line_and_uploads_nothing(s3, archive_dir, tmp_path, fr
 
 def test_without_credentials_it_stops_before_downloading(no_aws, tmp_path):
     proc = upload("s3://any-bucket/cifar10", cwd=str(tmp_path))
-    assert (proc.returncode, proc.stdout, proc.stderr) == (1, "", f"error: no AWS credentials found; {aws_account.SETUP}\n")
+    assert (proc.returncode, proc.stdout, proc.stderr) == (
+        1,
+        "",
+        f"error: no AWS credentials found; {aws_account.SETUP}\n",
+    )
     assert not (tmp_path / "data").exists()

@@ -49,20 +49,32 @@ def registry(free_port, wait_until_up, tmp_path):
 
     Docker pushes to 127.0.0.0/8 over plain HTTP without configuration. Stopped, its storage removed, after the test.
     """
-    require(docker_problem(compose=False) or (None if os.path.exists(REGISTRY) else f"no {REGISTRY} (apt-get install docker-registry)"))
+    require(
+        docker_problem(compose=False)
+        or (None if os.path.exists(REGISTRY) else f"no {REGISTRY} (apt-get install docker-registry)")
+    )
     servers = []
 
     def start(users: dict[str, str] | None = None) -> str:
         host = f"127.0.0.1:{free_port()}"
         root = tmp_path / f"registry-{len(servers)}"
         (root / "storage").mkdir(parents=True)
-        config = f"version: 0.1\nstorage:\n  filesystem:\n    rootdirectory: {root / 'storage'}\nhttp:\n  addr: {host}\n"
+        config = (
+            f"version: 0.1\nstorage:\n  filesystem:\n    rootdirectory: {root / 'storage'}\nhttp:\n  addr: {host}\n"
+        )
         if users:  # htpasswd entries must be bcrypt
-            lines = [f"{user}:{bcrypt.hashpw(password.encode(), bcrypt.gensalt()).decode()}\n" for user, password in users.items()]
+            lines = [
+                f"{user}:{bcrypt.hashpw(password.encode(), bcrypt.gensalt()).decode()}\n"
+                for user, password in users.items()
+            ]
             (root / "htpasswd").write_text("".join(lines))
             config += f"auth:\n  htpasswd:\n    realm: test\n    path: {root / 'htpasswd'}\n"
         (root / "config.yml").write_text(config)
-        servers.append(subprocess.Popen([REGISTRY, "serve", str(root / "config.yml")], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        servers.append(
+            subprocess.Popen(
+                [REGISTRY, "serve", str(root / "config.yml")], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+            )
+        )
         wait_until_up(servers[-1], f"http://{host}/v2/", timeout_s=30)  # with users: 401, up and asking for credentials
         return host
 
@@ -86,7 +98,9 @@ def image(tmp_path_factory, make) -> str:
     with open(source if os.path.isfile(source) else certifi.where()) as f:
         bundle.write_text(f.read() + f"\n# {BUILD_MARKER}: a build secret, never to be found in the image\n")
     name, tag = IMAGE.split(":")
-    build = make("build", "FLAVOR=pypi", f"IMAGE={name}", f"TAG={tag}", f"PIP_CA_BUNDLE={bundle}", capture_output=True, text=True)
+    build = make(
+        "build", "FLAVOR=pypi", f"IMAGE={name}", f"TAG={tag}", f"PIP_CA_BUNDLE={bundle}", capture_output=True, text=True
+    )
     assert build.returncode == 0, build.stdout[-5000:] + build.stderr[-5000:]
     yield IMAGE
     remove_containers(IMAGE)
@@ -94,7 +108,9 @@ def image(tmp_path_factory, make) -> str:
 
 def remove_containers(image: str) -> None:
     """Local mode never removes its containers."""
-    ids = subprocess.run(["docker", "ps", "-aq", "--filter", f"ancestor={image}"], capture_output=True, text=True).stdout.split()
+    ids = subprocess.run(
+        ["docker", "ps", "-aq", "--filter", f"ancestor={image}"], capture_output=True, text=True
+    ).stdout.split()
     if ids:
         subprocess.run(["docker", "rm", "-f", *ids], capture_output=True)
 
@@ -107,9 +123,21 @@ def local_job(image, tmp_path):
         """words: run_sagemaker.py options and key=value hyperparameters; sdk: which venv's SDK runs it."""
         out = tmp_path / "runs"
         python = sys.executable if sdk == "v2" else os.path.join(ROOT, ".venv-sdk3", "bin", "python")
-        cmd = [python, os.path.join(ROOT, "scripts", "run_sagemaker.py"), "--image", image,
-               "--instance-type", "local", "--instance-count", str(instance_count),
-               "--input", data_dir, "--output", str(out), *words]  # fmt: skip
+        cmd = [
+            python,
+            os.path.join(ROOT, "scripts", "run_sagemaker.py"),
+            "--image",
+            image,
+            "--instance-type",
+            "local",
+            "--instance-count",
+            str(instance_count),
+            "--input",
+            data_dir,
+            "--output",
+            str(out),
+            *words,
+        ]
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env={**os.environ, **(env or {})})
         remove_containers(image)
         output = re.sub(r"\x1b\[[0-9;]*m", "", proc.stdout + proc.stderr).replace("\r", "")

@@ -23,11 +23,20 @@ def test_hadolint_passes():
 def test_a_base_that_cannot_be_pulled_stops_the_build_in_one_line(flavor, make):
     """Nothing listens on port 1: the pull fails at once, as it does for AWS's registries on a machine without access.
     The line after it is make's own ("make: *** [Makefile:N: build] Error 1")."""
-    build = make("build", f"FLAVOR={flavor}", "BASE_IMAGE=localhost:1/absent:1", "TAG=never-built",
-                 capture_output=True, text=True, timeout=60)  # fmt: skip
+    build = make(
+        "build",
+        f"FLAVOR={flavor}",
+        "BASE_IMAGE=localhost:1/absent:1",
+        "TAG=never-built",
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert build.returncode != 0
-    assert build.stderr.splitlines()[0] == (f"error: cannot pull the base image localhost:1/absent:1 of FLAVOR={flavor}; "
-                                    "log in to its registry (README: Image flavors) or set BASE_IMAGE")  # fmt: skip
+    assert build.stderr.splitlines()[0] == (
+        f"error: cannot pull the base image localhost:1/absent:1 of FLAVOR={flavor}; "
+        "log in to its registry (README: Image flavors) or set BASE_IMAGE"
+    )
     assert "docker build" not in build.stdout + build.stderr
 
 
@@ -41,13 +50,41 @@ def test_the_dlc_flavors_build_the_app_over_a_base_with_torch(image, make):
     """dlc and dlc-smddp take their base as it is: over an image with torch and pip (the pypi image stands in for
     AWS's, which this machine cannot pull) the shared app stage builds, and the image runs the trainer's imports."""
     for flavor in ("dlc", "dlc-smddp"):
-        build = make("build", f"FLAVOR={flavor}", f"BASE_IMAGE={image}", "IMAGE=sagemaker-lightning", f"TAG={flavor}-standin",
-                     f"BUILD_ARGS=--label test.flavor={flavor}", capture_output=True, text=True)  # fmt: skip
+        build = make(
+            "build",
+            f"FLAVOR={flavor}",
+            f"BASE_IMAGE={image}",
+            "IMAGE=sagemaker-lightning",
+            f"TAG={flavor}-standin",
+            f"BUILD_ARGS=--label test.flavor={flavor}",
+            capture_output=True,
+            text=True,
+        )
         assert build.returncode == 0, build.stdout[-2000:] + build.stderr[-3000:]
-        label = subprocess.run(["docker", "image", "inspect", "-f", '{{index .Config.Labels "test.flavor"}}',
-                                f"sagemaker-lightning:{flavor}-standin"], capture_output=True, text=True)  # fmt: skip
+        label = subprocess.run(
+            [
+                "docker",
+                "image",
+                "inspect",
+                "-f",
+                '{{index .Config.Labels "test.flavor"}}',
+                f"sagemaker-lightning:{flavor}-standin",
+            ],
+            capture_output=True,
+            text=True,
+        )
         assert label.stdout.strip() == flavor  # BUILD_ARGS reached docker build
-        check = subprocess.run(["docker", "run", "--rm", f"sagemaker-lightning:{flavor}-standin", "python", "-c",
-                                "import train, launch, sagemaker_pytorch_container, s3fs; print('ok')"],
-                               capture_output=True, text=True)  # fmt: skip
+        check = subprocess.run(
+            [
+                "docker",
+                "run",
+                "--rm",
+                f"sagemaker-lightning:{flavor}-standin",
+                "python",
+                "-c",
+                "import train, launch, sagemaker_pytorch_container, s3fs; print('ok')",
+            ],
+            capture_output=True,
+            text=True,
+        )
         assert check.stdout.strip() == "ok", check.stderr[-2000:]

@@ -10,8 +10,14 @@ from model import ImageClassifier
 
 pytestmark = pytest.mark.container
 
-TINY = ["trainer.max_epochs=1", "trainer.limit_train_batches=2", "trainer.limit_val_batches=1", "trainer.accelerator=cpu",
-        "trainer.enable_progress_bar=False", "data.batch_size=16"]  # fmt: skip
+TINY = [
+    "trainer.max_epochs=1",
+    "trainer.limit_train_batches=2",
+    "trainer.limit_val_batches=1",
+    "trainer.accelerator=cpu",
+    "trainer.enable_progress_bar=False",
+    "data.batch_size=16",
+]
 
 
 def model_tar(output: str) -> str:
@@ -36,7 +42,10 @@ def loads(tar_path, tmp_path) -> None:
 def test_one_instance(local_job, archive_dir, tmp_path):
     """Also: AWS credentials (local mode copies them into the containers) appear nowhere in the job's logs."""
     secret = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYsagemakerLIGHTNING"
-    credentials = {"AWS_ACCESS_KEY_ID": "AKIASAGEMAKERLIGHTNG", "AWS_SECRET_ACCESS_KEY": secret}  # long-lived: copied in
+    credentials = {
+        "AWS_ACCESS_KEY_ID": "AKIASAGEMAKERLIGHTNG",
+        "AWS_SECRET_ACCESS_KEY": secret,
+    }  # long-lived: copied in
     code, output, runs = local_job(1, archive_dir, *TINY, env=credentials)
     assert code == 0, output[-5000:]
     assert not any(value in output for value in credentials.values())

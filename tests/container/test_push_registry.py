@@ -1,6 +1,6 @@
 """`make push` through a real registry (Debian's docker-registry) and back, with a one-file image made here.
 
-    .venv/bin/pytest tests/container/test_push_registry.py -q
+.venv/bin/pytest tests/container/test_push_registry.py -q
 """
 
 import base64
@@ -31,10 +31,14 @@ def tiny_image(tmp_path):
     (rootfs / "payload").write_bytes(os.urandom(4096))
     ref = f"sagemaker-lightning-push-test:{uuid.uuid4().hex[:12]}"
     tar = subprocess.Popen(["tar", "-C", str(rootfs), "-c", "."], stdout=subprocess.PIPE)
-    image_id = subprocess.run(["docker", "import", "-", ref], stdin=tar.stdout, capture_output=True, text=True, check=True).stdout.strip()
+    image_id = subprocess.run(
+        ["docker", "import", "-", ref], stdin=tar.stdout, capture_output=True, text=True, check=True
+    ).stdout.strip()
     tar.wait()
     yield ref
-    subprocess.run(["docker", "rmi", "-f", image_id], capture_output=True)  # every tag the test gave it, pulled ones too
+    subprocess.run(
+        ["docker", "rmi", "-f", image_id], capture_output=True
+    )  # every tag the test gave it, pulled ones too
 
 
 def registry_get(host: str, path: str, method: str = "GET", auth: tuple[str, str] | None = None):
@@ -53,13 +57,18 @@ def test_make_push_to_a_registry_then_pull_back(registry, tiny_image, no_aws, ma
 
     proc = make("push", f"IMAGE={name}", f"TAG={tag}", f"REGISTRY={host}", capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.strip()
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.strip()
     match = re.fullmatch(rf"{re.escape(host)}/{name}:({commit}(-dirty)?)\n", proc.stdout)  # stdout: the URI alone
     assert match, proc.stdout
     revision = match.group(1)
 
     assert sorted(json.load(registry_get(host, f"{name}/tags/list"))["tags"]) == sorted([revision, "latest"])
-    digests = {t: registry_get(host, f"{name}/manifests/{t}", "HEAD").headers["Docker-Content-Digest"] for t in (revision, "latest")}
+    digests = {
+        t: registry_get(host, f"{name}/manifests/{t}", "HEAD").headers["Docker-Content-Digest"]
+        for t in (revision, "latest")
+    }
     assert digests[revision] == digests["latest"], digests
 
     docker("rmi", "-f", image_id)  # the source and its registry tags: the pull must fetch the layer
@@ -77,9 +86,13 @@ def test_ecr_style_login_lets_docker_push_where_credentials_are_required(registr
     monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path / "docker-config"))
     target = f"{host}/sagemaker-lightning"
 
-    with pytest.raises(SystemExit, match=rf"^error: docker push {re.escape(target)}:v1: \S"):  # the registry does refuse
+    with pytest.raises(
+        SystemExit, match=rf"^error: docker push {re.escape(target)}:v1: \S"
+    ):  # the registry does refuse
         push.push("docker", tiny_image, target, ["v1"], login=None)
-    with pytest.raises(SystemExit, match=rf"^error: docker login --username AWS --password-stdin {re.escape(host)}: \S"):
+    with pytest.raises(
+        SystemExit, match=rf"^error: docker login --username AWS --password-stdin {re.escape(host)}: \S"
+    ):
         push.push("docker", tiny_image, target, ["v1"], push.Login(host, "AWS", "wrong"))
     push.push("docker", tiny_image, target, ["v1", "latest"], push.Login(host, "AWS", "token-password"))
 
@@ -95,7 +108,9 @@ def test_revision_is_the_commit_with_dirty_for_uncommitted_files(tmp_path):
     (tmp_path / "a.py").write_text("a = 1\n")
     subprocess.run([*git, "add", "."], check=True)
     subprocess.run([*git, "commit", "-qm", "one"], check=True)
-    commit = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
+    commit = subprocess.run(
+        [*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True
+    ).stdout.strip()
 
     (tmp_path / "data").mkdir()
     (tmp_path / "data" / "x").write_text("ignored")

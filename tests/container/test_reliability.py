@@ -16,9 +16,15 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 pytestmark = pytest.mark.container
 
 # 2 epochs of 6 steps, last.ckpt every 2 steps: kills land mid-epoch
-RESUMABLE = ["trainer.max_epochs=2", "trainer.limit_train_batches=6", "trainer.limit_val_batches=1",
-             "trainer.accelerator=cpu", "trainer.enable_progress_bar=False", "data.batch_size=16",
-             "last_checkpoint_every_n_steps=2"]  # fmt: skip
+RESUMABLE = [
+    "trainer.max_epochs=2",
+    "trainer.limit_train_batches=6",
+    "trainer.limit_val_batches=1",
+    "trainer.accelerator=cpu",
+    "trainer.enable_progress_bar=False",
+    "data.batch_size=16",
+    "last_checkpoint_every_n_steps=2",
+]
 
 
 def clean(line: str) -> str:
@@ -26,12 +32,25 @@ def clean(line: str) -> str:
 
 
 def containers(image: str) -> list[str]:
-    return subprocess.run(["docker", "ps", "-q", "--filter", f"ancestor={image}"], capture_output=True, text=True).stdout.split()
+    return subprocess.run(
+        ["docker", "ps", "-q", "--filter", f"ancestor={image}"], capture_output=True, text=True
+    ).stdout.split()
 
 
 def start_job(image, data_dir, output, *words) -> subprocess.Popen:
-    cmd = [sys.executable, os.path.join(ROOT, "scripts", "run_sagemaker.py"), "--image", image,
-           "--instance-type", "local", "--input", data_dir, "--output", str(output), *words]  # fmt: skip
+    cmd = [
+        sys.executable,
+        os.path.join(ROOT, "scripts", "run_sagemaker.py"),
+        "--image",
+        image,
+        "--instance-type",
+        "local",
+        "--input",
+        data_dir,
+        "--output",
+        str(output),
+        *words,
+    ]
     return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
@@ -71,8 +90,12 @@ def test_a_killed_job_resumes_where_its_last_checkpoint_left_it(image, archive_d
     finish(first, lines)
     assert first.returncode != 0
     saved = sorted(p for p in os.listdir(ckpts) if p.endswith(".ckpt"))
-    assert "last.ckpt" in saved and not [p for p in os.listdir(ckpts) if p.endswith(".partial") and not p.startswith(".")]
-    steps = {p: torch.load(ckpts / p, map_location="cpu", weights_only=False)["global_step"] for p in saved}  # all readable
+    assert "last.ckpt" in saved and not [
+        p for p in os.listdir(ckpts) if p.endswith(".partial") and not p.startswith(".")
+    ]
+    steps = {
+        p: torch.load(ckpts / p, map_location="cpu", weights_only=False)["global_step"] for p in saved
+    }  # all readable
     assert 4 <= steps["last.ckpt"] < 12
 
     again = start_job(image, archive_dir, tmp_path / "c", "--checkpoints", str(ckpts), *RESUMABLE)
@@ -87,20 +110,32 @@ def test_sigterm_saves_a_checkpoint_at_the_step_reached(image, archive_dir, tmp_
     training processes reached, written before the container exits, well inside SageMaker's 120 s."""
     ckpts = tmp_path / "ckpts"
     words = [w for w in RESUMABLE if not w.startswith(("last_checkpoint", "trainer.limit_train"))]
-    job = start_job(image, archive_dir, tmp_path / "out", "--checkpoints", str(ckpts), *words,
-                    "trainer.limit_train_batches=100", "last_checkpoint_every_n_steps=3")  # fmt: skip
+    job = start_job(
+        image,
+        archive_dir,
+        tmp_path / "out",
+        "--checkpoints",
+        str(ckpts),
+        *words,
+        "trainer.limit_train_batches=100",
+        "last_checkpoint_every_n_steps=3",
+    )
     lines = read_until(job, r"saved last\.ckpt at epoch 0 step 3")
     (container,) = containers(image)
     started = time.monotonic()
     subprocess.run(["docker", "stop", "--time", "120", container], check=True, capture_output=True)
     stop_seconds = time.monotonic() - started
     output = finish(job, lines)
-    assert "stopped by SIGTERM (StopTrainingJob or a spot interruption) after saving last.ckpt" in output, output[-5000:]
+    assert "stopped by SIGTERM (StopTrainingJob or a spot interruption) after saving last.ckpt" in output, output[
+        -5000:
+    ]
     stopped_at = int(re.findall(r"saved last\.ckpt at epoch 0 step (\d+)", output)[-1])  # the save SIGTERM made
     assert stopped_at > 3
     assert torch.load(ckpts / "last.ckpt", map_location="cpu", weights_only=False)["global_step"] == stopped_at
     assert stop_seconds < 60
-    exit_code = subprocess.run(["docker", "inspect", "-f", "{{.State.ExitCode}}", container], capture_output=True, text=True)
+    exit_code = subprocess.run(
+        ["docker", "inspect", "-f", "{{.State.ExitCode}}", container], capture_output=True, text=True
+    )
     assert exit_code.stdout.strip() == "143"  # 128 + SIGTERM: stopped, not failed silently
 
 
@@ -109,7 +144,9 @@ def opt_ml(tmp_path, hosts, current, hyperparameters) -> dict:
     config, model, output = (tmp_path / d for d in ("config", "model", "output"))
     for d in (config, model, output):
         d.mkdir()
-    (config / "resourceconfig.json").write_text(json.dumps({"current_host": current, "hosts": hosts, "network_interface_name": "eth0"}))
+    (config / "resourceconfig.json").write_text(
+        json.dumps({"current_host": current, "hosts": hosts, "network_interface_name": "eth0"})
+    )
     (config / "hyperparameters.json").write_text(json.dumps(hyperparameters))
     (config / "inputdataconfig.json").write_text("{}")
     return {"/opt/ml/input/config": config, "/opt/ml/model": model, "/opt/ml/output": output}
@@ -139,33 +176,72 @@ def test_a_host_that_never_comes_up_is_named(image, tmp_path):
     assert os.listdir(mounts["/opt/ml/model"]) == []
 
 
-TINY_ARGS = ["--trainer.max_epochs", "1", "--trainer.limit_train_batches", "2", "--trainer.limit_val_batches", "1",
-             "--trainer.accelerator", "cpu", "--trainer.enable_progress_bar", "false"]  # fmt: skip
+TINY_ARGS = [
+    "--trainer.max_epochs",
+    "1",
+    "--trainer.limit_train_batches",
+    "2",
+    "--trainer.limit_val_batches",
+    "1",
+    "--trainer.accelerator",
+    "cpu",
+    "--trainer.enable_progress_bar",
+    "false",
+]
 
 
 def test_without_network_nothing_downloads(image, archive_dir, tmp_path):
     """--network none, as SageMaker's network isolation: data in a channel trains, even with download allowed;
     no data is the missing-data error, fast."""
     data = {"/data": archive_dir}
-    trained, _ = docker_run(image, data, "python", "train.py", "--data.data_dir", "/data", "--data.download", "true",
-                            *TINY_ARGS, network="none")  # fmt: skip
+    trained, _ = docker_run(
+        image,
+        data,
+        "python",
+        "train.py",
+        "--data.data_dir",
+        "/data",
+        "--data.download",
+        "true",
+        *TINY_ARGS,
+        network="none",
+    )
     assert trained.returncode == 0, trained.stderr[-3000:]
     empty = tmp_path / "empty"
     empty.mkdir()
-    for download, message in (("false", "no CIFAR-10 data in /data: expected"), ("true", "cannot download CIFAR-10 into /data")):
-        failed, seconds = docker_run(image, {"/data": empty}, "python", "train.py", "--data.data_dir", "/data",
-                                     "--data.download", download, *TINY_ARGS, network="none")  # fmt: skip
+    for download, message in (
+        ("false", "no CIFAR-10 data in /data: expected"),
+        ("true", "cannot download CIFAR-10 into /data"),
+    ):
+        failed, seconds = docker_run(
+            image,
+            {"/data": empty},
+            "python",
+            "train.py",
+            "--data.data_dir",
+            "/data",
+            "--data.download",
+            download,
+            *TINY_ARGS,
+            network="none",
+        )
         assert failed.returncode == 1 and seconds < 60
-        assert [line for line in failed.stderr.splitlines() if line.startswith("ERROR: ")][0].startswith(f"ERROR: {message}")
+        assert [line for line in failed.stderr.splitlines() if line.startswith("ERROR: ")][0].startswith(
+            f"ERROR: {message}"
+        )
 
 
 def test_the_image_holds_no_credentials(image, build_marker):
     """No AWS keys, no .aws, .git or credentials files, and not a byte of the CA bundle mounted at build time
     (it carries a marker line; see the image fixture)."""
-    scan = ("find / -xdev \\( -name .aws -o -name .git -o -name credentials -o -name .netrc -o -name '*.pem' -path '*/root/*' \\) -print;"
-            f" grep -rlF {build_marker} / --exclude-dir=proc --exclude-dir=sys 2>/dev/null;"
-            " grep -rlE 'AKIA[0-9A-Z]{16}' /opt/ml /root /etc /tmp /usr/local/bin 2>/dev/null; true")  # fmt: skip
-    found = subprocess.run(["docker", "run", "--rm", "--entrypoint", "sh", image, "-c", scan], capture_output=True, text=True)
+    scan = (
+        "find / -xdev \\( -name .aws -o -name .git -o -name credentials -o -name .netrc -o -name '*.pem' -path '*/root/*' \\) -print;"
+        f" grep -rlF {build_marker} / --exclude-dir=proc --exclude-dir=sys 2>/dev/null;"
+        " grep -rlE 'AKIA[0-9A-Z]{16}' /opt/ml /root /etc /tmp /usr/local/bin 2>/dev/null; true"
+    )
+    found = subprocess.run(
+        ["docker", "run", "--rm", "--entrypoint", "sh", image, "-c", scan], capture_output=True, text=True
+    )
     assert found.returncode == 0 and found.stdout.split() == [], found.stdout
     history = subprocess.run(["docker", "history", "--no-trunc", image], capture_output=True, text=True).stdout
     config = subprocess.run(["docker", "inspect", image], capture_output=True, text=True).stdout

@@ -84,8 +84,22 @@ def run_hosts(tmp_path, free_port):
         for i, current in enumerate(current_hosts or hosts):
             base = str(tmp_path / f"job{job}" / f"host{i}")
             make_opt_ml(base, hosts, current, hyperparameters, channels)
-            proc_env = {**os.environ, "SAGEMAKER_BASE_DIR": base, "SAGEMAKER_PROGRAM": "launch.py", "MASTER_PORT": port, **(env or {})}
-            procs.append((base, time.monotonic(), subprocess.Popen([TRAIN], env=proc_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)))
+            proc_env = {
+                **os.environ,
+                "SAGEMAKER_BASE_DIR": base,
+                "SAGEMAKER_PROGRAM": "launch.py",
+                "MASTER_PORT": port,
+                **(env or {}),
+            }
+            procs.append(
+                (
+                    base,
+                    time.monotonic(),
+                    subprocess.Popen(
+                        [TRAIN], env=proc_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+                    ),
+                )
+            )
         results = []
         for base, start, proc in procs:
             output, _ = proc.communicate(timeout=timeout)

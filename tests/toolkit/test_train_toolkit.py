@@ -34,8 +34,11 @@ def test_one_host_trains_and_exports(run_hosts, archive_dir, tiny):
 def test_metric_definitions_match_the_lines_of_a_real_run(run_hosts, archive_dir, tiny):
     """SageMaker reads CloudWatch metrics (and tuning objectives) from the logs with run_sagemaker.METRICS: each
     regex must find numbers in what the trainer really prints when stdout is not a terminal."""
-    (host,) = run_hosts(["localhost"], {**tiny, "trainer.limit_train_batches": 3, "trainer.log_every_n_steps": 1},
-                        {"training": archive_dir})  # fmt: skip
+    (host,) = run_hosts(
+        ["localhost"],
+        {**tiny, "trainer.limit_train_batches": 3, "trainer.log_every_n_steps": 1},
+        {"training": archive_dir},
+    )
     assert host.returncode == 0, host.output[-3000:]
     assert "\r" not in host.output  # no progress bar
     for name, regex in run_sagemaker.METRICS.items():
@@ -46,7 +49,9 @@ def test_metric_definitions_match_the_lines_of_a_real_run(run_hosts, archive_dir
 
 def test_two_hosts_train_as_one_job(run_hosts, archive_dir, tiny):
     """Two toolkit processes as two SageMaker hosts on this machine: one DDP job of world size 2."""
-    first, second = run_hosts(["localhost", "127.0.0.1"], {**tiny, "scale_lr_by_world_size": "True"}, {"training": archive_dir})
+    first, second = run_hosts(
+        ["localhost", "127.0.0.1"], {**tiny, "scale_lr_by_world_size": "True"}, {"training": archive_dir}
+    )
     assert first.returncode == second.returncode == 0, first.output + second.output
     assert 'launch: process on ["localhost","127.0.0.1"], this is localhost, world size 2' in first.output
     assert "learning rate × world size 2 (linear scaling): 0.1" in first.output  # trainer.yaml's 0.05 × 2
@@ -62,42 +67,139 @@ CASES = {  # case: (hosts, current host, hyperparameters, channels, environment,
     # the toolkit itself rejects a host list that is not a list; these it passes on as SM_HOSTS
     "a host named twice": (["localhost", "localhost"], "localhost", {}, "archive", {}, "names a host twice"),
     "an empty host name": (["localhost", ""], "localhost", {}, "archive", {}, "is not a JSON list of host names"),
-    "current host not in the list": (["localhost"], "algo-9", {}, "archive", {}, "SM_CURRENT_HOST='algo-9' is not in SM_HOSTS"),
-    "unresolvable first host": (["no-such-host.invalid", "localhost"], "localhost", {}, "archive", {},
-                                "cannot resolve the first host 'no-such-host.invalid'"),
-    "no training channel": (["localhost"], "localhost", {}, "other", {}, "the job has no input channel 'training' (it has other)"),
+    "current host not in the list": (
+        ["localhost"],
+        "algo-9",
+        {},
+        "archive",
+        {},
+        "SM_CURRENT_HOST='algo-9' is not in SM_HOSTS",
+    ),
+    "unresolvable first host": (
+        ["no-such-host.invalid", "localhost"],
+        "localhost",
+        {},
+        "archive",
+        {},
+        "cannot resolve the first host 'no-such-host.invalid'",
+    ),
+    "no training channel": (
+        ["localhost"],
+        "localhost",
+        {},
+        "other",
+        {},
+        "the job has no input channel 'training' (it has other)",
+    ),
     "empty training channel": (["localhost"], "localhost", {}, "empty", {}, "no CIFAR-10 data in /"),
-    "corrupt training channel": (["localhost"], "localhost", {}, "corrupt", {}, "cifar-10-python.tar.gz is not a readable tar.gz"),
-    "unknown hyperparameter": (["localhost"], "localhost", {"trainer.max_epochz": 1}, "archive", {},
-                               "unrecognized arguments: --trainer.max_epochz 1"),
-    "wrong type": (["localhost"], "localhost", {"data.batch_size": "abc"}, "archive", {},
-                   "data.batch_size=abc is not valid (expected int)"),
-    "a list where a number goes": (["localhost"], "localhost", {"data.batch_size": [32, 64]}, "archive", {},
-                                   "data.batch_size=[32, 64] is not valid (expected int)"),
-    "a dict where a number goes": (["localhost"], "localhost", {"data.batch_size": {"per_gpu": 32}}, "archive", {},
-                                   "data.batch_size={'per_gpu': 32} is not valid (expected int)"),
-    "unknown model": (["localhost"], "localhost", {"model.arch": "resnet1000"}, "archive", {},
-                      "model.arch='resnet1000' is not a torchvision classification model"),
-    "accelerator=gpu without a GPU": (["localhost"], "localhost", {"trainer.accelerator": "gpu"}, "archive", {},
-                                      "trainer.accelerator asks for a GPU but this instance has none"),
-    "world size mismatch": (["localhost"], "localhost", {"trainer.num_nodes": 3}, "archive", {},
-                            "trainer.num_nodes=3 but the job has 1 hosts"),
-    "unwritable model directory": (["localhost"], "localhost", {"model_dir": "/proc/sagemaker-lightning"}, "archive", {},
-                                   "model_dir=/proc/sagemaker-lightning cannot be written"),
-    "labels beyond num_classes": (["localhost"], "localhost", {"data.num_classes": 5}, "archive", {},
-                                  "must lie in 0..4"),
-    "unknown launcher": (["localhost"], "localhost", {}, "archive", {"LAUNCHER": "deepspeed"},
-                         "LAUNCHER='deepspeed' is not one of lightning, torchrun"),
-    "validation split too large": (["localhost"], "localhost", {"data.val_split": 1000}, "archive", {},
-                                   "data.val_split=1000 leaves no training images"),
-}  # fmt: skip
+    "corrupt training channel": (
+        ["localhost"],
+        "localhost",
+        {},
+        "corrupt",
+        {},
+        "cifar-10-python.tar.gz is not a readable tar.gz",
+    ),
+    "unknown hyperparameter": (
+        ["localhost"],
+        "localhost",
+        {"trainer.max_epochz": 1},
+        "archive",
+        {},
+        "unrecognized arguments: --trainer.max_epochz 1",
+    ),
+    "wrong type": (
+        ["localhost"],
+        "localhost",
+        {"data.batch_size": "abc"},
+        "archive",
+        {},
+        "data.batch_size=abc is not valid (expected int)",
+    ),
+    "a list where a number goes": (
+        ["localhost"],
+        "localhost",
+        {"data.batch_size": [32, 64]},
+        "archive",
+        {},
+        "data.batch_size=[32, 64] is not valid (expected int)",
+    ),
+    "a dict where a number goes": (
+        ["localhost"],
+        "localhost",
+        {"data.batch_size": {"per_gpu": 32}},
+        "archive",
+        {},
+        "data.batch_size={'per_gpu': 32} is not valid (expected int)",
+    ),
+    "unknown model": (
+        ["localhost"],
+        "localhost",
+        {"model.arch": "resnet1000"},
+        "archive",
+        {},
+        "model.arch='resnet1000' is not a torchvision classification model",
+    ),
+    "accelerator=gpu without a GPU": (
+        ["localhost"],
+        "localhost",
+        {"trainer.accelerator": "gpu"},
+        "archive",
+        {},
+        "trainer.accelerator asks for a GPU but this instance has none",
+    ),
+    "world size mismatch": (
+        ["localhost"],
+        "localhost",
+        {"trainer.num_nodes": 3},
+        "archive",
+        {},
+        "trainer.num_nodes=3 but the job has 1 hosts",
+    ),
+    "unwritable model directory": (
+        ["localhost"],
+        "localhost",
+        {"model_dir": "/proc/sagemaker-lightning"},
+        "archive",
+        {},
+        "model_dir=/proc/sagemaker-lightning cannot be written",
+    ),
+    "labels beyond num_classes": (
+        ["localhost"],
+        "localhost",
+        {"data.num_classes": 5},
+        "archive",
+        {},
+        "must lie in 0..4",
+    ),
+    "unknown launcher": (
+        ["localhost"],
+        "localhost",
+        {},
+        "archive",
+        {"LAUNCHER": "deepspeed"},
+        "LAUNCHER='deepspeed' is not one of lightning, torchrun",
+    ),
+    "validation split too large": (
+        ["localhost"],
+        "localhost",
+        {"data.val_split": 1000},
+        "archive",
+        {},
+        "data.val_split=1000 leaves no training images",
+    ),
+}
 
 
 @pytest.mark.parametrize("case", CASES)
 def test_bad_input_fails_fast_in_one_line(run_hosts, archive_dir, corrupt_dir, tiny, case):
     hosts, current, hyperparameters, channels, env, message = CASES[case]
-    channels = {"archive": {"training": archive_dir}, "other": {"other": archive_dir}, "empty": {"training": None},
-                "corrupt": {"training": corrupt_dir}}[channels]  # fmt: skip
+    channels = {
+        "archive": {"training": archive_dir},
+        "other": {"other": archive_dir},
+        "empty": {"training": None},
+        "corrupt": {"training": corrupt_dir},
+    }[channels]
     # SM_STUDIO_LOCAL_MODE skips the toolkit's wait for every host name to resolve (up to 15 minutes)
     env = {"SM_STUDIO_LOCAL_MODE": "true", **env}
     (host,) = run_hosts(hosts, {**tiny, **hyperparameters}, channels, current_hosts=[current], env=env)
@@ -111,10 +213,13 @@ def test_bad_input_fails_fast_in_one_line(run_hosts, archive_dir, corrupt_dir, t
 
 def test_a_host_that_never_joins_fails_the_job_in_time(run_hosts, archive_dir, tiny):
     """Host 127.0.0.1 never starts training: the first host gives up after dist_timeout, naming it."""
-    (first,) = run_hosts(["localhost", "127.0.0.1"], {**tiny, "dist_timeout": 15}, {"training": archive_dir},
-                         current_hosts=["localhost"])  # fmt: skip
+    (first,) = run_hosts(
+        ["localhost", "127.0.0.1"], {**tiny, "dist_timeout": 15}, {"training": archive_dir}, current_hosts=["localhost"]
+    )
     assert first.returncode != 0 and first.seconds < 60, first.output[-3000:]
-    assert re.search(r"only 1 of 2 processes joined within 1[56] s: the other hosts \(127\.0\.0\.1\) did not start", first.failure)
+    assert re.search(
+        r"only 1 of 2 processes joined within 1[56] s: the other hosts \(127\.0\.0\.1\) did not start", first.failure
+    )
     assert os.listdir(first.path("model")) == []
 
 
@@ -127,6 +232,8 @@ def test_a_rank_that_dies_fails_the_others_in_time(run_hosts, archive_dir, tiny)
     assert "killed with SIGKILL, most often by the kernel's out-of-memory killer" in second.failure
     assert "127.0.0.1" in first.failure, first.failure  # the host to look at
     assert os.listdir(first.path("model")) == [] and os.listdir(second.path("model")) == []
+
+
 SMDDP = {"sagemaker_distributed_dataparallel_enabled": "true", "trainer.devices": "2", "trainer.accelerator": "cpu"}
 
 
@@ -165,14 +272,23 @@ def test_a_killed_run_resumes_mid_epoch(run_hosts, archive_dir, tiny, tmp_path, 
     """SIGKILL at step 5 (last.ckpt at step 4, mid-epoch), run again: it resumes at step 4 and ends at the step of an
     uninterrupted run; on the exact pipelines with the same weights."""
     data, exact = PIPELINES[pipeline]
-    hps = {**tiny, **data, "trainer.max_epochs": 2, "trainer.limit_train_batches": 6, "last_checkpoint_every_n_steps": 2}
+    hps = {
+        **tiny,
+        **data,
+        "trainer.max_epochs": 2,
+        "trainer.limit_train_batches": 6,
+        "last_checkpoint_every_n_steps": 2,
+    }
     (uninterrupted,) = run_hosts(["localhost"], hps, {"training": archive_dir})
     expected = re.search(r"weights (\w+) at step (\d+)", uninterrupted.output).groups()
     assert expected[1] == "12", uninterrupted.output[-3000:]
 
     ckpts = str(tmp_path / "checkpoints")
     hps = {**hps, "checkpoint.dirpath": ckpts}
-    kill = {"trainer.callbacks+": "faults.KillRank", "trainer.callbacks.step": 5}  # init_args of the callback just added
+    kill = {
+        "trainer.callbacks+": "faults.KillRank",
+        "trainer.callbacks.step": 5,
+    }  # init_args of the callback just added
     (killed,) = run_hosts(["localhost"], {**hps, **kill}, {"training": archive_dir}, env={"PYTHONPATH": PLUGINS})
     assert killed.returncode != 0 and "saved last.ckpt at epoch 0 step 4" in killed.output
     (resumed,) = run_hosts(["localhost"], hps, {"training": archive_dir})

@@ -29,15 +29,23 @@ def run(images_per_s: float, first_step_s: float = 5.0) -> dict:
 
 
 def test_last_line_parses_and_the_fastest_runs_count(capsys):
-    results = {"baseline": [run(50.0), run(60.0)], "default": [run(150.0, 9.0), run(120.0, 6.0)], "model_only": [run(160.0), run(100.0)]}
+    results = {
+        "baseline": [run(50.0), run(60.0)],
+        "default": [run(150.0, 9.0), run(120.0, 6.0)],
+        "model_only": [run(160.0), run(100.0)],
+    }
     args = argparse.Namespace(train_images=50000, warmup=3, steps=12, repeat=2)
     benchmark.report(results, args, "data/bench/50000")
     lines = capsys.readouterr().out.splitlines()
     summary = SUMMARY.match(lines[-1])
     assert summary, lines[-1]
     assert {k: float(v) for k, v in summary.groupdict().items()} == {
-        "baseline": 60.0, "default": 150.0, "model_only": 160.0, "vs_baseline": 2.5, "vs_model_only": 0.94
-    }  # fmt: skip
+        "baseline": 60.0,
+        "default": 150.0,
+        "model_only": 160.0,
+        "vs_baseline": 2.5,
+        "vs_model_only": 0.94,
+    }
     default_row = next(line for line in lines if line.startswith("default "))
     assert " 6.0 " in default_row  # the fastest start-up of the runs
     assert any(line.startswith("versions: python ") and "torch " in line for line in lines)

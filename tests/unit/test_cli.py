@@ -88,8 +88,15 @@ def test_booleans_and_none_as_sagemaker_delivers_them(as_sagemaker, archive_dir)
 @pytest.mark.parametrize("encode", [to_string, json.dumps], ids=["str", "json"])
 def test_dicts_and_lists_as_either_sdk_sends_them(as_sagemaker, archive_dir, encode):
     """JSON dicts leave the toolkit as k=v,k2=v2 and str() ones as Python's repr: both reach the parser as mappings."""
-    argv = as_sagemaker({"data.data_dir": archive_dir, "optimizer": "Adam", "optimizer.init_args": {"lr": 0.2, "eps": 0.01},
-                         "optimizer.betas": [0.8, 0.9]}, encode=encode)  # fmt: skip
+    argv = as_sagemaker(
+        {
+            "data.data_dir": archive_dir,
+            "optimizer": "Adam",
+            "optimizer.init_args": {"lr": 0.2, "eps": 0.01},
+            "optimizer.betas": [0.8, 0.9],
+        },
+        encode=encode,
+    )
     init_args = build(argv).config.optimizer.init_args
     assert (init_args.lr, init_args.eps, tuple(init_args.betas)) == (0.2, 0.01, (0.8, 0.9))
 
@@ -110,7 +117,9 @@ def test_num_classes_is_linked_from_the_data_module(archive_dir):
         ({"model.arch": "resnet1000"}, "model.arch='resnet1000' is not a torchvision classification model"),
     ],
 )
-def test_bad_hyperparameters_fail_in_one_line(as_sagemaker, archive_dir, tmp_path, capsys, monkeypatch, hyperparameters, message):
+def test_bad_hyperparameters_fail_in_one_line(
+    as_sagemaker, archive_dir, tmp_path, capsys, monkeypatch, hyperparameters, message
+):
     monkeypatch.setenv("SM_OUTPUT_DIR", str(tmp_path))
     assert train.main(as_sagemaker({"data.data_dir": archive_dir, **hyperparameters})) == 1
     err_lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("ERROR: ")]

@@ -47,7 +47,10 @@ def coded_dir(tmp_path_factory) -> str:
     image = np.stack([64 + 4 * rows, 64 + 4 * cols, np.full_like(rows, 128)]).astype(np.uint8)  # 3×32×32, as CIFAR
     data = np.repeat(image.reshape(1, -1), 64, axis=0)
     out = str(tmp_path_factory.mktemp("coded"))
-    files = {f"data_batch_{i}": make_dataset.batch(f"data_batch_{i}", data[i - 1 :: 5], [0] * len(data[i - 1 :: 5])) for i in range(1, 6)}
+    files = {
+        f"data_batch_{i}": make_dataset.batch(f"data_batch_{i}", data[i - 1 :: 5], [0] * len(data[i - 1 :: 5]))
+        for i in range(1, 6)
+    }
     files["test_batch"] = make_dataset.batch("test_batch", data[:4], [0] * 4)
     files["batches.meta"] = pickle.dumps({"label_names": make_dataset.CLASSES})
     make_dataset.write_archive(out, files)
@@ -72,7 +75,11 @@ def test_crops_equal_torchvisions_for_the_same_offsets(archive_dir):
     cpu, device = modules(archive_dir)
     pil = cpu.train_set.data  # the raw images, N×32×32×3
     index = torch.tensor([0, 1, 2, 3, 4, 5])
-    dy, dx, flip = torch.tensor([0, 8, 4, 8, 0, 3]), torch.tensor([0, 8, 4, 0, 8, 5]), torch.tensor([False, True, False, True, False, True])
+    dy, dx, flip = (
+        torch.tensor([0, 8, 4, 8, 0, 3]),
+        torch.tensor([0, 8, 4, 0, 8, 5]),
+        torch.tensor([False, True, False, True, False, True]),
+    )
     mean, std = torch.tensor(MEAN).view(1, 3, 1, 1), torch.tensor(STD).view(1, 3, 1, 1)
     ours = normalize(crop_flip(device.train_set.padded, index, dy, dx, flip), mean, std)
     for k, i in enumerate(index.tolist()):
@@ -125,7 +132,9 @@ def ranks(n: int, world_size: int, batch_size: int, epoch: int) -> list[list[int
     images = DeviceImages(torch.zeros(n, SIZE + 2 * PAD, SIZE + 2 * PAD, 3, dtype=torch.uint8), torch.arange(n))
     shares = []
     for rank in range(world_size):
-        batches = DeviceBatches(images, batch_size, DistributedSampler(range(n), world_size, rank, seed=7, drop_last=True), train=True)
+        batches = DeviceBatches(
+            images, batch_size, DistributedSampler(range(n), world_size, rank, seed=7, drop_last=True), train=True
+        )
         batches.sampler.set_epoch(epoch)
         shares.append([i for _, y in batches for i in y.tolist()])
     return shares
@@ -159,8 +168,17 @@ def test_lightning_passes_the_batches_through_and_sets_the_epoch(archive_dir, tm
 
     dm = DeviceCIFAR10DataModule(archive_dir, batch_size=16, val_split=0)
     module = Record()
-    trainer = pl.Trainer(max_epochs=2, accelerator="cpu", devices=1, logger=False, enable_checkpointing=False,
-                         enable_progress_bar=False, enable_model_summary=False, limit_val_batches=0, default_root_dir=tmp_path)  # fmt: skip
+    trainer = pl.Trainer(
+        max_epochs=2,
+        accelerator="cpu",
+        devices=1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        limit_val_batches=0,
+        default_root_dir=tmp_path,
+    )
     trainer.fit(module, dm)
     assert sorted(module.orders) == [0, 1] and len(module.orders[0]) == len(module.orders[1]) == 160
     assert module.orders[0] != module.orders[1]  # labels in another order: a new permutation
@@ -169,7 +187,9 @@ def test_lightning_passes_the_batches_through_and_sets_the_epoch(archive_dir, tm
 def test_batch_larger_than_a_ranks_share_is_a_user_error(archive_dir):
     dm = DeviceCIFAR10DataModule(archive_dir, batch_size=500, val_split=0)
     dm.setup("fit")
-    with pytest.raises(UserError, match="data.batch_size=500 is more than the 160 training images of each of 1 processes"):
+    with pytest.raises(
+        UserError, match="data.batch_size=500 is more than the 160 training images of each of 1 processes"
+    ):
         dm.train_dataloader()
 
 

@@ -1,8 +1,8 @@
 """One set of versions: environment.yml (the conda flavor) pins what pyproject.toml's groups pin."""
 
 import os
-import tomllib
 
+import tomllib
 import yaml
 from packaging.requirements import Requirement
 

@@ -7,14 +7,21 @@ import pytest
 import push
 
 
-@pytest.mark.parametrize("registry", ["127.0.0.1:5000", "localhost:5000", "registry.example.com", "ghcr.io/team", "host:5000/a/b-c"])
+@pytest.mark.parametrize(
+    "registry", ["127.0.0.1:5000", "localhost:5000", "registry.example.com", "ghcr.io/team", "host:5000/a/b-c"]
+)
 def test_registries_docker_reads(registry):
     assert push.registry_problem(registry) is None
 
 
-@pytest.mark.parametrize("registry", ["http://127.0.0.1:5000", "127.0.0.1:5000/", "host:port", "host name", "host/Team_"])
+@pytest.mark.parametrize(
+    "registry", ["http://127.0.0.1:5000", "127.0.0.1:5000/", "host:port", "host name", "host/Team_"]
+)
 def test_anything_else_is_named_with_an_example(registry):
-    assert push.registry_problem(registry) == f"registry {registry!r} is not host[:port][/path]: e.g. REGISTRY=127.0.0.1:5000, without http://"
+    assert (
+        push.registry_problem(registry)
+        == f"registry {registry!r} is not host[:port][/path]: e.g. REGISTRY=127.0.0.1:5000, without http://"
+    )
 
 
 def test_repository_is_the_image_name_without_its_tag():
@@ -26,5 +33,7 @@ def test_repository_is_the_image_name_without_its_tag():
 
 def test_login_from_an_ecr_token():
     token = base64.b64encode(b"AWS:pass:with:colons").decode()
-    login = push.login_from_token({"authorizationToken": token, "proxyEndpoint": "https://1.dkr.ecr.eu-west-1.amazonaws.com"})
+    login = push.login_from_token(
+        {"authorizationToken": token, "proxyEndpoint": "https://1.dkr.ecr.eu-west-1.amazonaws.com"}
+    )
     assert login == push.Login("1.dkr.ecr.eu-west-1.amazonaws.com", "AWS", "pass:with:colons")

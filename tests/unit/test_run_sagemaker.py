@@ -20,9 +20,14 @@ import run_sagemaker
     ],
 )
 def test_distributions_match_the_sdks_pytorch_estimator(name, distribution):
-    estimator = PyTorch(entry_point="launch.py", image_uri="123.dkr.ecr.us-east-1.amazonaws.com/x:1",
-                        role=run_sagemaker.LOCAL_ROLE, instance_count=2, instance_type="ml.p4d.24xlarge",
-                        distribution=distribution)  # fmt: skip
+    estimator = PyTorch(
+        entry_point="launch.py",
+        image_uri="123.dkr.ecr.us-east-1.amazonaws.com/x:1",
+        role=run_sagemaker.LOCAL_ROLE,
+        instance_count=2,
+        instance_type="ml.p4d.24xlarge",
+        distribution=distribution,
+    )
     expected = EstimatorBase._json_encode_hyperparameters(estimator._pytorch_distribution_configuration(distribution))
     processes = distribution.get("mpi", {}).get("processes_per_host")
     assert run_sagemaker.framework_hyperparameters(name, "ml.p4d.24xlarge", processes) == expected
@@ -30,7 +35,9 @@ def test_distributions_match_the_sdks_pytorch_estimator(name, distribution):
 
 def test_no_distribution_adds_nothing_but_a_process_count():
     assert run_sagemaker.framework_hyperparameters("none", "local", None) == {}
-    assert run_sagemaker.framework_hyperparameters("none", "local", 2) == {"sagemaker_mpi_num_of_processes_per_host": "2"}
+    assert run_sagemaker.framework_hyperparameters("none", "local", 2) == {
+        "sagemaker_mpi_num_of_processes_per_host": "2"
+    }
 
 
 def test_key_value_words():
@@ -40,13 +47,25 @@ def test_key_value_words():
 
 
 def test_the_other_sdk_is_named_with_its_venv(capsys):
-    with pytest.raises(SystemExit, match="--sdk v3 needs SageMaker SDK 3.x, but 2.x is installed here; run .venv-sdk3/bin/python"):
+    with pytest.raises(
+        SystemExit, match="--sdk v3 needs SageMaker SDK 3.x, but 2.x is installed here; run .venv-sdk3/bin/python"
+    ):
         run_sagemaker.main(["--sdk", "v3", "--image", "x", "--input", "d", "--output", "o"])
     assert json.loads(run_sagemaker.framework_hyperparameters("mpi", "local", None)["sagemaker_mpi_enabled"]) is True
 
 
-CLOUD = ["--image", "i", "--instance-type", "ml.g5.xlarge", "--role", "arn:aws:iam::1:role/r", "--input", "s3://b/in",
-         "--output", "s3://b/out/"]  # fmt: skip
+CLOUD = [
+    "--image",
+    "i",
+    "--instance-type",
+    "ml.g5.xlarge",
+    "--role",
+    "arn:aws:iam::1:role/r",
+    "--input",
+    "s3://b/in",
+    "--output",
+    "s3://b/out/",
+]
 
 
 def job(*words):
@@ -69,12 +88,15 @@ def test_spot_waits_at_least_as_long_as_it_runs():
     "words, message",
     [
         (["--image", "i", "--input", "d", "--output", "o", "--spot"], "--dry-run and --spot are for cloud jobs"),
-        (["--image", "i", "--input", "d", "--output", "o", "--checkpoints", "s3://b/c"], "local mode keeps --checkpoints in a local directory"),
+        (
+            ["--image", "i", "--input", "d", "--output", "o", "--checkpoints", "s3://b/c"],
+            "local mode keeps --checkpoints in a local directory",
+        ),
         ([a for a in CLOUD if not a.startswith(("--role", "arn:"))], "a cloud job needs --role"),
         ([*CLOUD[:-2], "--output", "runs"], "a cloud job reads --input from and writes --output to s3:// URIs"),
         ([*CLOUD, "--tag", "oops"], "'oops' is not key=value, e.g. project=cifar10"),
     ],
-)  # fmt: skip
+)
 def test_bad_job_options_are_named(words, message):
     with pytest.raises(SystemExit, match=re.escape(message)):
         job(*words)

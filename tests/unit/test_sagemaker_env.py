@@ -81,11 +81,26 @@ def test_interface_rules(given, expected_nccl, expected_gloo):
         ("ml.g5.2xlarge", {}, [], {}),  # no EFA
         ("ml.g5.48xlarge", {}, [], {"FI_PROVIDER": "efa", "FI_EFA_USE_HUGE_PAGE": "0"}),
         ("ml.p4d.24xlarge", {}, [], {"FI_PROVIDER": "efa", "FI_EFA_USE_DEVICE_RDMA": "1", "FI_EFA_USE_HUGE_PAGE": "0"}),
-        ("ml.p4de.24xlarge", {}, [], {"FI_PROVIDER": "efa", "FI_EFA_USE_DEVICE_RDMA": "1", "FI_EFA_USE_HUGE_PAGE": "0"}),
+        (
+            "ml.p4de.24xlarge",
+            {},
+            [],
+            {"FI_PROVIDER": "efa", "FI_EFA_USE_DEVICE_RDMA": "1", "FI_EFA_USE_HUGE_PAGE": "0"},
+        ),
         ("ml.p5.48xlarge", {}, ["--data.num_workers", "0"], {"FI_PROVIDER": "efa", "FI_EFA_USE_DEVICE_RDMA": "1"}),
         ("ml.p5en.48xlarge", {}, ["--data.num_workers=0"], {"FI_PROVIDER": "efa", "FI_EFA_USE_DEVICE_RDMA": "1"}),
-        ("ml.p6-b200.48xlarge", {}, [], {"FI_PROVIDER": "efa", "FI_EFA_USE_DEVICE_RDMA": "1", "FI_EFA_USE_HUGE_PAGE": "0"}),
-        ("ml.trn1.32xlarge", {}, ["--data.num_workers", "2"], {"FI_PROVIDER": "efa", "FI_EFA_USE_DEVICE_RDMA": "1", "FI_EFA_USE_HUGE_PAGE": "0"}),
+        (
+            "ml.p6-b200.48xlarge",
+            {},
+            [],
+            {"FI_PROVIDER": "efa", "FI_EFA_USE_DEVICE_RDMA": "1", "FI_EFA_USE_HUGE_PAGE": "0"},
+        ),
+        (
+            "ml.trn1.32xlarge",
+            {},
+            ["--data.num_workers", "2"],
+            {"FI_PROVIDER": "efa", "FI_EFA_USE_DEVICE_RDMA": "1", "FI_EFA_USE_HUGE_PAGE": "0"},
+        ),
         # set by the user or by mpirun's -x: kept
         ("ml.p4d.24xlarge", {"FI_PROVIDER": "tcp", "FI_EFA_USE_HUGE_PAGE": "1"}, [], {"FI_EFA_USE_DEVICE_RDMA": "1"}),
     ],
@@ -104,8 +119,17 @@ def test_launcher_detection():
 
 
 def test_torchrun_processes_keep_their_ranks():
-    torchrun = {**HOSTS, "TORCHELASTIC_RUN_ID": "x", "RANK": "3", "LOCAL_RANK": "1", "WORLD_SIZE": "4",
-                "LOCAL_WORLD_SIZE": "2", "GROUP_RANK": "1", "MASTER_ADDR": "algo-1", "MASTER_PORT": "7777"}  # fmt: skip
+    torchrun = {
+        **HOSTS,
+        "TORCHELASTIC_RUN_ID": "x",
+        "RANK": "3",
+        "LOCAL_RANK": "1",
+        "WORLD_SIZE": "4",
+        "LOCAL_WORLD_SIZE": "2",
+        "GROUP_RANK": "1",
+        "MASTER_ADDR": "algo-1",
+        "MASTER_PORT": "7777",
+    }
     env = launch(torchrun)
     assert {k: env[k] for k in torchrun} == torchrun
     assert sm.devices(env, []) == 2
@@ -113,15 +137,26 @@ def test_torchrun_processes_keep_their_ranks():
 
 def mpirun_env(rank, size=4, local_size=2):
     # mpirun exports the first host's environment to every rank: SM_CURRENT_HOST says algo-1 everywhere
-    return {"SM_HOSTS": '["algo-1","algo-2"]', "SM_CURRENT_HOST": "algo-1", "OMPI_COMM_WORLD_RANK": str(rank),
-            "OMPI_COMM_WORLD_SIZE": str(size), "OMPI_COMM_WORLD_LOCAL_RANK": str(rank % local_size),
-            "OMPI_COMM_WORLD_LOCAL_SIZE": str(local_size), "PMIX_RANK": str(rank)}  # fmt: skip
+    return {
+        "SM_HOSTS": '["algo-1","algo-2"]',
+        "SM_CURRENT_HOST": "algo-1",
+        "OMPI_COMM_WORLD_RANK": str(rank),
+        "OMPI_COMM_WORLD_SIZE": str(size),
+        "OMPI_COMM_WORLD_LOCAL_RANK": str(rank % local_size),
+        "OMPI_COMM_WORLD_LOCAL_SIZE": str(local_size),
+        "PMIX_RANK": str(rank),
+    }
 
 
 @pytest.mark.parametrize("rank, node, host", [(0, 0, "algo-1"), (1, 0, "algo-1"), (2, 1, "algo-2"), (3, 1, "algo-2")])
 def test_mpirun_ranks_from_ompi_and_the_host_list(rank, node, host):
     env = launch(mpirun_env(rank))
-    assert (env["RANK"], env["WORLD_SIZE"], env["LOCAL_RANK"], env["LOCAL_WORLD_SIZE"]) == (str(rank), "4", str(rank % 2), "2")
+    assert (env["RANK"], env["WORLD_SIZE"], env["LOCAL_RANK"], env["LOCAL_WORLD_SIZE"]) == (
+        str(rank),
+        "4",
+        str(rank % 2),
+        "2",
+    )
     assert (env["NODE_RANK"], env["SM_CURRENT_HOST"], env["MASTER_ADDR"]) == (str(node), host, "10.0.0.1")
     assert not any(k.startswith(("OMPI_", "PMIX_")) for k in env)  # train.py is not an MPI process
     assert sm.devices(env, []) == 2
@@ -137,8 +172,19 @@ def test_train_command_runs_train_py_or_torchrun():
     env = launch({**HOSTS, "TRAINING_JOB_NAME": "job-1"}, nprocs=4)
     assert sm.train_command(env, 4, "py", "train.py", ["--a", "1"]) == ["py", "train.py", "--a", "1"]
     assert sm.train_command({**env, "LAUNCHER": "torchrun"}, 4, "py", "train.py", ["--a", "1"]) == [
-        "py", "-m", "torch.distributed.run", "--nnodes=2", "--nproc_per_node=4", "--rdzv_backend=c10d",
-        "--rdzv_endpoint=10.0.0.1:29500", "--rdzv_id=job-1", "--max_restarts=0", "train.py", "--a", "1"]  # fmt: skip
+        "py",
+        "-m",
+        "torch.distributed.run",
+        "--nnodes=2",
+        "--nproc_per_node=4",
+        "--rdzv_backend=c10d",
+        "--rdzv_endpoint=10.0.0.1:29500",
+        "--rdzv_id=job-1",
+        "--max_restarts=0",
+        "train.py",
+        "--a",
+        "1",
+    ]
     # under a launcher that already started one process per device, LAUNCHER=torchrun adds nothing
     torchrun = {**env, "LAUNCHER": "torchrun", "TORCHELASTIC_RUN_ID": "x"}
     assert sm.train_command(torchrun, 4, "py", "train.py", []) == ["py", "train.py"]
@@ -252,17 +298,25 @@ def test_sagemaker_values_turn_none_into_null():
 @pytest.mark.parametrize(
     "message, expected",
     [
-        ("Timed out after 16 seconds waiting for clients. 1/2 clients joined.",
-         "only 1 of 2 processes joined within 16 s: the other hosts (algo-1) did not start training or cannot reach 10.0.0.1:29500"),
-        ("The client socket has timed out after 600000ms while trying to connect to (10.0.0.1, 29500). connect() timed out.",
-         "could not reach the first host algo-1 at 10.0.0.1:29500 within dist_timeout"),
-        ("[../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer [10.0.0.1]:40339",
-         "lost the connection to host algo-1 during training"),
-        ("[gloo/transport/tcp/unbound_buffer.cc:81] Timed out waiting 30000ms for recv operation to complete",
-         "a collective operation did not finish within dist_timeout: a process on another host (algo-1) stopped or hangs"),
+        (
+            "Timed out after 16 seconds waiting for clients. 1/2 clients joined.",
+            "only 1 of 2 processes joined within 16 s: the other hosts (algo-1) did not start training or cannot reach 10.0.0.1:29500",
+        ),
+        (
+            "The client socket has timed out after 600000ms while trying to connect to (10.0.0.1, 29500). connect() timed out.",
+            "could not reach the first host algo-1 at 10.0.0.1:29500 within dist_timeout",
+        ),
+        (
+            "[../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer [10.0.0.1]:40339",
+            "lost the connection to host algo-1 during training",
+        ),
+        (
+            "[gloo/transport/tcp/unbound_buffer.cc:81] Timed out waiting 30000ms for recv operation to complete",
+            "a collective operation did not finish within dist_timeout: a process on another host (algo-1) stopped or hangs",
+        ),
         ("CUDA error: an illegal memory access was encountered", None),
     ],
-)  # fmt: skip
+)
 def test_peer_failures_name_the_host(message, expected):
     env = {**HOSTS, "MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "29500"}
     line = sm.peer_failure(env, message, ADDRESSES.__getitem__)

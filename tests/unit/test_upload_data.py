@@ -31,7 +31,9 @@ def test_the_archive_is_preferred_to_the_folder(archive_dir, tmp_path):
         tar.extractall(tmp_path, filter="data")
     assert upload_data.dataset_files(str(tmp_path)) == {make_dataset.ARCHIVE: archive}
     os.remove(archive)
-    assert sorted(upload_data.dataset_files(str(tmp_path))) == sorted(f"{make_dataset.FOLDER}/{n}" for n in os.listdir(tmp_path / make_dataset.FOLDER))
+    assert sorted(upload_data.dataset_files(str(tmp_path))) == sorted(
+        f"{make_dataset.FOLDER}/{n}" for n in os.listdir(tmp_path / make_dataset.FOLDER)
+    )
 
 
 def test_a_directory_without_either_layout_is_one_line(tmp_path):
