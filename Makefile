@@ -29,11 +29,12 @@ DEMO_ARGS := trainer.max_epochs=1 trainer.accelerator=cpu data.batch_size=16 opt
 help:  ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
 
-install: .venv/.installed .venv-sdk3/.installed  ## Make .venv (SDK 2.x, tests) and .venv-sdk3 (SDK 3.x); pins in pyproject.toml
+install: .venv/.installed .venv-sdk3/.installed  ## Make .venv (SDK 2.x, tests, the runtime package) and .venv-sdk3 (SDK 3.x); pins in pyproject.toml
 .venv/.installed .venv-sdk3/.installed: pyproject.toml
 	python3 -m venv $(@D)
 	$(@D)/bin/pip install -q pip==26.0.1
 	$(@D)/bin/pip install -q --group $(if $(findstring sdk3,$@),sdk3,dev)
+	$(if $(findstring sdk3,$@),,$(@D)/bin/pip install -q --no-deps -e .)
 	touch $@
 
 lint: install  ## ruff: lint and formatting check (settings in pyproject.toml)

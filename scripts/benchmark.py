@@ -1,9 +1,9 @@
 """Training throughput on this machine: the seed tutorial's pipeline, the project's default, and the model alone.
 
-Each path trains ResNet-18 (CIFAR stem, app/trainer.yaml's model) in a fresh process (scripts/throughput.py), so
+Each path trains ResNet-18 (CIFAR stem, app/example/trainer.yaml's model) in a fresh process (scripts/throughput.py), so
 each has its own start-up time and peak memory:
   baseline    the seed tutorial: CIFAR10DataModule (PIL transforms in 1 DataLoader worker), fp32, batch 32, Adam
-  default     app/trainer.yaml as it is, plus the train.py arguments after --
+  default     app/example/trainer.yaml as it is, plus the train.py arguments after --
   model_only  the default's model, trainer, precision and batch size on one synthetic batch already on the device
 on generated CIFAR-10-format data (scripts/make_dataset.py), one device. The last line is machine-readable:
   bench: baseline=<img/s> default=<img/s> model_only=<img/s> default/baseline=<x> default/model_only=<y>
@@ -129,7 +129,9 @@ def main() -> int:
     parser.add_argument(
         "--repeat", type=int, default=1, help="fresh processes per path, interleaved; the fastest counts"
     )
-    parser.add_argument("train_args", nargs="*", help="app/train.py arguments for default and model_only, after --")
+    parser.add_argument(
+        "train_args", nargs="*", help="app/example/train.py arguments for default and model_only, after --"
+    )
     args = parser.parse_args()
     if args.warmup < 1 or args.steps < 1 or args.repeat < 1 or args.train_images < 100:
         parser.error("--warmup, --steps and --repeat must be at least 1, --train-images at least 100")

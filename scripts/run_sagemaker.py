@@ -1,7 +1,7 @@
 """Start a training job on the image with the SageMaker Python SDK: local mode (docker compose) or the cloud.
 
 SDK 2.x runs it as an Estimator (in .venv), SDK 3.x as a ModelTrainer (in .venv-sdk3); --sdk defaults to the
-installed one. Hyperparameters follow the options as key=value words; they reach app/train.py as `--key value`.
+installed one. Hyperparameters follow the options as key=value words; they reach the training script as `--key value`.
 
     python scripts/run_sagemaker.py --image sagemaker-lightning:latest --instance-type local --instance-count 2 \
         --input data/synthetic --output runs trainer.max_epochs=1 trainer.accelerator=cpu
@@ -41,7 +41,7 @@ DISTRIBUTIONS = {
     },
     "mpi": {"sagemaker_mpi_enabled": True, "sagemaker_mpi_custom_mpi_options": ""},  # mpirun
 }
-# What the trainer prints (app/callbacks.py: LogLines, RankReport), read by SageMaker into CloudWatch metrics and for
+# What the trainer prints (the runtime's LogLines and RankReport, app/sagemaker_lightning/callbacks.py), read by SageMaker into CloudWatch metrics and for
 # automatic model tuning; tests/toolkit checks them against the lines of a real run
 METRICS = {
     "train:loss": r"train/loss=([0-9.]+)",

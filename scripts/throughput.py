@@ -1,4 +1,4 @@
-"""One training run of app/train.py in this process, measured; prints one line `throughput: {json}`.
+"""One training run of app/example/train.py in this process, measured; prints one line `throughput: {json}`.
 
 It measures images/s over `--steps` optimizer steps after `--warmup` steps (compilation, allocator and kernel
 warm-up, worker start-up happen there), seconds from `--started` (the launcher's clock when it started this process)
@@ -19,13 +19,13 @@ import time
 
 STARTED = time.time()  # without --started: this process's start, less the interpreter's own start-up
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "app"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "app", "example"))
 
-import pytorch_lightning as pl  # noqa: E402 (after the path to app/)
+import pytorch_lightning as pl  # noqa: E402 (after the path to the example)
 import torch  # noqa: E402
 import torchvision  # noqa: E402
 
-import train  # noqa: E402
+import train  # noqa: E402 (the example's)
 
 
 class Meter(pl.Callback):
@@ -114,10 +114,11 @@ def peak_rss_mib() -> float:
 
 def measure(train_args: list[str], warmup: int, steps: int, started: float, model_only: bool) -> dict | None:
     # validation and checkpoints are per-epoch work: off, so that an epoch's end inside the timed steps adds nothing
-    cli = train.build_cli(
+    cli = train.main(
         train_args
         + ["--trainer.max_steps", str(warmup + steps), "--trainer.max_epochs", "-1", "--trainer.limit_val_batches", "0"]
-        + ["--checkpoint.save_top_k", "0", "--checkpoint.save_last", "false"]
+        + ["--checkpoint.save_top_k", "0", "--checkpoint.save_last", "false"],
+        run=False,
     )
     meter = Meter(warmup, steps, started)
     cli.trainer.callbacks.append(meter)
@@ -153,7 +154,7 @@ def main() -> int:
         "--started", type=float, default=STARTED, help="epoch seconds when the launcher started this process"
     )
     parser.add_argument("--model-only", action="store_true", help="train on one synthetic batch already on the device")
-    parser.add_argument("train_args", nargs="*", help="app/train.py arguments, after --")
+    parser.add_argument("train_args", nargs="*", help="app/example/train.py arguments, after --")
     args = parser.parse_args()
     if args.warmup < 1 or args.steps < 1:
         parser.error("--warmup and --steps must be at least 1: the first step always does one-off work")

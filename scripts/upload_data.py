@@ -2,7 +2,7 @@
 
 Without --from it downloads the official CIFAR-10 into data/cifar10 (checked against its md5 sums; reused when
 already there, as by `make local`). --from DIR uploads a directory of yours in a layout the trainer reads
-(app/data.py): cifar-10-python.tar.gz when DIR has it (one object, unpacked on each node), else cifar-10-batches-py/.
+(app/example/data.py): cifar-10-python.tar.gz when DIR has it (one object, unpacked on each node), else cifar-10-batches-py/.
 The prefix must be empty: a job's channel receives every object under it, stale ones included.
 
     python scripts/upload_data.py s3://my-bucket/cifar10                            # downloads first

@@ -1,18 +1,23 @@
 """Fixtures shared by every tier: generated CIFAR-10-format data and the repository's paths."""
 
+import base64
+import hashlib
+import importlib.util
 import os
+import shutil
 import socket
 import subprocess
 import time
 import urllib.error
 import urllib.request
+import zipfile
 
 import pytest
 
 import make_dataset
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-APP = os.path.join(ROOT, "app")
+USER_PROJECT = os.path.join(ROOT, "tests", "user_project")
 
 
 @pytest.fixture(scope="session")
@@ -76,3 +81,40 @@ def make():
         return subprocess.run(["make", *words], cwd=ROOT, env=env, **kwargs)
 
     return run
+
+
+def write_wheel(directory: str, name: str, version: str, source: str) -> str:
+    """A pure-Python wheel holding one module, `name`.py: a package a project ships in its own source directory."""
+    info = f"{name}-{version}.dist-info"
+    files = {
+        f"{name}.py": source.encode(),
+        f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n".encode(),
+        f"{info}/WHEEL": b"Wheel-Version: 1.0\nGenerator: sagemaker-lightning-tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+    }
+    digest = {k: base64.urlsafe_b64encode(hashlib.sha256(v).digest()).rstrip(b"=").decode() for k, v in files.items()}
+    record = "".join(f"{k},sha256={digest[k]},{len(v)}\n" for k, v in files.items()) + f"{info}/RECORD,,\n"
+    path = os.path.join(directory, f"{name}-{version}-py3-none-any.whl")
+    os.makedirs(directory, exist_ok=True)
+    with zipfile.ZipFile(path, "w") as wheel:
+        for k, v in {**files, f"{info}/RECORD": record.encode()}.items():
+            wheel.writestr(k, v)
+    return path
+
+
+@pytest.fixture(scope="session")
+def user_project(tmp_path_factory) -> str:
+    """tests/user_project as a user ships it: its source directory with the wheel its requirements.txt installs."""
+    out = str(tmp_path_factory.mktemp("user-project") / "my_project")
+    shutil.copytree(USER_PROJECT, out, ignore=shutil.ignore_patterns("__pycache__"))
+    write_wheel(os.path.join(out, "wheels"), "tinyhelper", "0.1", "def scaled(lr):\n    return lr\n")
+    return out
+
+
+@pytest.fixture(scope="session")
+def points_dir(tmp_path_factory) -> str:
+    """The user project's data: points.pt in a directory (its training channel), written by the project's own code
+    (loaded by path: its module names would shadow the example's)."""
+    spec = importlib.util.spec_from_file_location("user_points", os.path.join(USER_PROJECT, "points.py"))
+    points = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(points)
+    return points.write_points(str(tmp_path_factory.mktemp("points")))

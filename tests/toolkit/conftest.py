@@ -1,6 +1,8 @@
-"""A temporary /opt/ml tree and the real `train` console script of sagemaker-training, run on it.
+"""A temporary /opt/ml tree and the image's entrypoint running the real `train` console script of
+sagemaker-training on it, one process tree per host, as SageMaker starts each container.
 
-SAGEMAKER_BASE_DIR moves the toolkit's /opt/ml; the toolkit reads the same three JSON files SageMaker writes.
+SAGEMAKER_BASE_DIR moves /opt/ml for the toolkit and the entrypoint; the toolkit reads the same three JSON files
+SageMaker writes. A job without code of its own runs the example (app/example), as the image does.
 """
 
 import itertools
@@ -14,8 +16,15 @@ from dataclasses import dataclass
 
 import pytest
 
-APP = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "app")
-TRAIN = os.path.join(os.path.dirname(sys.executable), "train")  # the toolkit's console script
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+EXAMPLE = os.path.join(ROOT, "app", "example")
+# the image's ENTRYPOINT and CMD: PID 1 runs the toolkit's console script
+ENTRYPOINT = [
+    sys.executable,
+    "-m",
+    "sagemaker_lightning.entrypoint",
+    os.path.join(os.path.dirname(sys.executable), "train"),
+]
 
 
 @pytest.fixture
@@ -26,6 +35,7 @@ def tiny() -> dict[str, str]:
         "trainer.limit_train_batches": "2",
         "trainer.limit_val_batches": "1",
         "trainer.enable_progress_bar": "False",
+        "trainer.precision": "32-true",
         "data.batch_size": "16",
     }
 
@@ -54,8 +64,8 @@ def corrupt_dir(tmp_path_factory) -> str:
     return str(out)
 
 
-def make_opt_ml(base, hosts, current, hyperparameters, channels, interface="lo") -> None:
-    """What SageMaker writes before it starts a container: config files, channels, and the code."""
+def make_opt_ml(base, hosts, current, hyperparameters, channels, code=None, interface="lo") -> None:
+    """What SageMaker writes before it starts a container: config files, channels, and the job's code if any."""
     config = os.path.join(base, "input", "config")
     os.makedirs(config)
     for name, content in {
@@ -70,36 +80,33 @@ def make_opt_ml(base, hosts, current, hyperparameters, channels, interface="lo")
         shutil.copytree(source, target) if source else os.makedirs(target)
     for d in ("model", "output/data"):
         os.makedirs(os.path.join(base, d))
-    shutil.copytree(APP, os.path.join(base, "code"), ignore=shutil.ignore_patterns("__pycache__"))
+    if code:  # local mode's way: the job's source directory where the toolkit finds its code
+        shutil.copytree(code, os.path.join(base, "code"), ignore=shutil.ignore_patterns("__pycache__"))
 
 
 @pytest.fixture
 def run_hosts(tmp_path, free_port):
-    """Run `train` for each host of one job at the same time; return what each did."""
+    """Run the entrypoint and `train` for each host of one job at the same time; return what each did."""
 
     jobs = itertools.count()
 
-    def run(hosts, hyperparameters, channels, current_hosts=None, env=None, timeout=300) -> list[Host]:
+    def run(hosts, hyperparameters, channels, current_hosts=None, env=None, code=None, timeout=300) -> list[Host]:
         port, procs, job = str(free_port()), [], next(jobs)
         for i, current in enumerate(current_hosts or hosts):
             base = str(tmp_path / f"job{job}" / f"host{i}")
-            make_opt_ml(base, hosts, current, hyperparameters, channels)
+            make_opt_ml(base, hosts, current, hyperparameters, channels, code)
             proc_env = {
                 **os.environ,
                 "SAGEMAKER_BASE_DIR": base,
-                "SAGEMAKER_PROGRAM": "launch.py",
+                "SAGEMAKER_LIGHTNING_EXAMPLE": EXAMPLE,
+                "SAGEMAKER_LIGHTNING_RUN_DIR": os.path.join(base, "run"),
                 "MASTER_PORT": port,
                 **(env or {}),
             }
-            procs.append(
-                (
-                    base,
-                    time.monotonic(),
-                    subprocess.Popen(
-                        [TRAIN], env=proc_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-                    ),
-                )
+            popen = subprocess.Popen(
+                ENTRYPOINT, env=proc_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
             )
+            procs.append((base, time.monotonic(), popen))
         results = []
         for base, start, proc in procs:
             output, _ = proc.communicate(timeout=timeout)

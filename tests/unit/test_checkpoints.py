@@ -7,9 +7,11 @@ import random
 
 import numpy as np
 import pytest
+import pytorch_lightning
 import torch
 
-import checkpoints
+from sagemaker_lightning import checkpoints
+from sagemaker_lightning.flavor import made
 
 
 def test_rng_states_round_trip_through_a_weights_only_load(tmp_path):
@@ -22,14 +24,14 @@ def test_rng_states_round_trip_through_a_weights_only_load(tmp_path):
 
 
 def test_atomic_save_replaces_the_file_whole(tmp_path):
-    io, path = checkpoints.AtomicCheckpointIO(), tmp_path / "last.ckpt"
+    io, path = made(checkpoints.AtomicCheckpointIO, pytorch_lightning)(), tmp_path / "last.ckpt"
     io.save_checkpoint({"global_step": 1}, path)
     io.save_checkpoint({"global_step": 2}, path)
     assert torch.load(path, weights_only=True) == {"global_step": 2} and os.listdir(tmp_path) == ["last.ckpt"]
 
 
 def test_a_save_that_fails_midway_leaves_the_last_good_file(tmp_path):
-    io, path = checkpoints.AtomicCheckpointIO(), tmp_path / "last.ckpt"
+    io, path = made(checkpoints.AtomicCheckpointIO, pytorch_lightning)(), tmp_path / "last.ckpt"
     io.save_checkpoint({"global_step": 1}, path)
     with pytest.raises((AttributeError, pickle.PicklingError)):  # a local lambda cannot be pickled
         io.save_checkpoint({"global_step": 2, "unpicklable": lambda: None}, path)  # fails while writing

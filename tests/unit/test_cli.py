@@ -1,8 +1,6 @@
-"""Hyperparameters as SageMaker delivers them, parsed by the trainer's LightningCLI.
-
-The hyperparameters go through the real conversions: the SDK's to_string, the toolkit's JSON decoding
-(read_hyperparameters) and its argument mapping (to_cmd_args).
-"""
+"""The example's LightningCLI (the runtime's, as a user's project has it) with hyperparameters as SageMaker
+delivers them: through the real conversions (the SDK's to_string, the toolkit's JSON decoding and to_cmd_args) and
+the runtime's typed hyperparameters.json."""
 
 import json
 
@@ -14,6 +12,7 @@ from sagemaker_training import environment, mapping
 import train
 from data import CIFAR10DataModule
 from device_data import DeviceCIFAR10DataModule
+from sagemaker_lightning import hyperparameters
 
 # The seed tutorial's Estimator hyperparameters, unchanged
 SEED_TUTORIAL = {
@@ -32,18 +31,19 @@ SEED_TUTORIAL = {
 def as_sagemaker(tmp_path, monkeypatch):
     """hyperparameters dict → the argv the toolkit gives the program."""
 
-    def convert(hyperparameters: dict, encode=to_string) -> list[str]:
+    def convert(given: dict, encode=to_string) -> list[str]:
         """encode: SDK 2.x's Estimator uses to_string (str()), SDK 3.x and the framework estimators JSON."""
         path = tmp_path / "hyperparameters.json"
-        path.write_text(json.dumps({k: encode(v) for k, v in hyperparameters.items()}))  # what the SDK sends
+        path.write_text(json.dumps({k: encode(v) for k, v in given.items()}))  # what the SDK sends
         monkeypatch.setattr(environment, "hyperparameters_file_dir", str(path))
-        return mapping.to_cmd_args(environment.read_hyperparameters())
+        argv = mapping.to_cmd_args(environment.read_hyperparameters())  # what the toolkit runs the script with
+        return hyperparameters.merge(argv, hyperparameters.read({"SM_INPUT_CONFIG_DIR": str(tmp_path)}))
 
     return convert
 
 
 def build(argv):
-    return train.build_cli(train.sagemaker_env.sagemaker_values(argv))
+    return train.main(argv, run=False)
 
 
 def test_seed_tutorial_hyperparameters_work_unchanged(as_sagemaker, archive_dir):
@@ -77,8 +77,7 @@ def test_booleans_and_none_as_sagemaker_delivers_them(as_sagemaker, archive_dir)
             "checkpoint.monitor": None,
         }
     )
-    assert argv[argv.index("--trainer.enable_progress_bar") + 1] == "False"  # as the toolkit passes them
-    assert argv[argv.index("--trainer.max_time") + 1] == "None"
+    assert "--trainer.enable_progress_bar=false" in argv and "--trainer.max_time=null" in argv
     config = build(argv).config
     assert config.trainer.enable_progress_bar is False
     assert config.model.cifar_stem is False and config.data.init_args.download is True
@@ -107,21 +106,21 @@ def test_num_classes_is_linked_from_the_data_module(archive_dir):
 
 
 @pytest.mark.parametrize(
-    "hyperparameters, message",
+    "given, message",
     [
-        ({"trainer.max_epochz": 1}, "unrecognized arguments: --trainer.max_epochz 1"),
+        ({"trainer.max_epochz": 1}, "unrecognized arguments: --trainer.max_epochz=1"),
         ({"data.batch_size": "abc"}, "data.batch_size=abc is not valid (expected int)"),
         ({"data.num_workers": 2}, "data.num_workers is not accepted by device_data.DeviceCIFAR10DataModule"),
         ({"optimizer": "NoSuchOptimizer"}, "optimizer=NoSuchOptimizer is not valid"),
-        ({"trainer.accelerator": "gpu"}, "trainer.accelerator asks for a GPU but this instance has none"),
+        ({"trainer.accelerator": "gpu"}, "trainer.accelerator=gpu asks for a GPU but this instance has none"),
         ({"model.arch": "resnet1000"}, "model.arch='resnet1000' is not a torchvision classification model"),
     ],
 )
-def test_bad_hyperparameters_fail_in_one_line(
-    as_sagemaker, archive_dir, tmp_path, capsys, monkeypatch, hyperparameters, message
-):
+def test_bad_hyperparameters_fail_in_one_line(as_sagemaker, archive_dir, tmp_path, capsys, monkeypatch, given, message):
     monkeypatch.setenv("SM_OUTPUT_DIR", str(tmp_path))
-    assert train.main(as_sagemaker({"data.data_dir": archive_dir, **hyperparameters})) == 1
+    with pytest.raises(SystemExit) as exit:
+        train.main(as_sagemaker({"data.data_dir": archive_dir, **given}))
+    assert exit.value.code == 1
     err_lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("ERROR: ")]
     assert len(err_lines) == 1 and message in err_lines[0]
     failure = (tmp_path / "failure").read_text()

@@ -9,7 +9,7 @@ import torch
 
 import make_dataset
 from data import ARCHIVE, FOLDER, CIFAR10DataModule
-from failure import UserError
+from sagemaker_lightning import UserError
 
 
 def setup(data_dir, **kwargs) -> CIFAR10DataModule:

@@ -12,7 +12,7 @@ from torch.utils.data import DistributedSampler
 import make_dataset
 from data import MEAN, PAD, SIZE, STD, CIFAR10DataModule
 from device_data import DeviceBatches, DeviceCIFAR10DataModule, DeviceImages, crop_flip, normalize, to_device
-from failure import UserError
+from sagemaker_lightning import UserError
 
 EPOCHS = 24  # passes over the training images per path in the statistical tests
 

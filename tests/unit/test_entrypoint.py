@@ -1,6 +1,6 @@
 """The image's entrypoint: which network interface replaces one the container lacks."""
 
-import entrypoint
+from sagemaker_lightning import entrypoint
 
 ROUTES = """Iface\tDestination\tGateway \tFlags\tRefCnt\tUse\tMetric\tMask\t\tMTU\tWindow\tIRTT
 eth0\t00000000\t010012AC\t0003\t0\t0\t0\t00000000\t0\t0\t0

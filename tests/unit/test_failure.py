@@ -1,6 +1,13 @@
-"""The failure contract: one line on stderr and in SageMaker's failure file, first cause wins."""
+"""The failure contract: one line on stderr and in SageMaker's failure file, first cause wins; the tables that
+turn exceptions and the toolkit's failure text into that line."""
 
-import failure
+import pytest
+
+from sagemaker_lightning import failure
+from sagemaker_lightning.plan import make_plan
+
+PLAN = make_plan({"SM_HOSTS": '["algo-1","algo-2"]', "SM_CURRENT_HOST": "algo-2", "MASTER_ADDR": "10.0.0.1"}, ())
+ADDRESSES = {"algo-1": "10.0.0.1", "algo-2": "10.0.0.2"}
 
 
 def test_report_writes_one_line_to_stderr_and_the_failure_file(tmp_path, capsys):
@@ -20,3 +27,63 @@ def test_outside_sagemaker_only_stderr(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
     failure.report("oops", env={})
     assert capsys.readouterr().err == "ERROR: oops\n" and list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    "message, expected",
+    [
+        (
+            "Timed out after 16 seconds waiting for clients. 1/2 clients joined.",
+            "only 1 of 2 processes joined within 16 s: the other hosts (algo-1) did not start training or cannot reach 10.0.0.1:29500",
+        ),
+        (
+            "The client socket has timed out after 600000ms while trying to connect to (10.0.0.1, 29500). connect() timed out.",
+            "could not reach the first host algo-1 at 10.0.0.1:29500 within dist_timeout",
+        ),
+        (
+            "[../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer [10.0.0.1]:40339",
+            "lost the connection to host algo-1 during training",
+        ),
+        (
+            "[gloo/transport/tcp/unbound_buffer.cc:81] Timed out waiting 30000ms for recv operation to complete",
+            "a collective operation did not finish within dist_timeout: a process on another host (algo-1) stopped or hangs",
+        ),
+        ("CUDA error: an illegal memory access was encountered", None),
+    ],
+)
+def test_peer_failures_name_the_host(message, expected):
+    line = failure.peer_failure(PLAN, message, ADDRESSES.__getitem__)
+    assert line == expected if expected is None else expected in line
+
+
+class OutOfMemoryError(RuntimeError):  # stands for torch.OutOfMemoryError: the table matches by class name
+    pass
+
+
+@pytest.mark.parametrize(
+    "exception, ctx, expected, code, traceback",
+    [
+        (failure.UserError("no data in /x"), {}, "no data in /x", 1, False),
+        (OutOfMemoryError("CUDA out of memory. Tried to allocate 2 GiB"), {"host": "algo-2", "rank": 3},
+         "out of GPU memory on host algo-2 rank 3 (CUDA out of memory. Tried to allocate 2 GiB); lower data.batch_size", 1, False),
+        (ValueError("gpu"), {"stage": "configure", "accelerator": "gpu", "cuda_available": False},
+         "trainer.accelerator=gpu asks for a GPU but this instance has none", 1, False),
+        # a configuration error that mentions GPUs while the accelerator is the CPU: its own reason, not the GPU line
+        (ValueError("The strategy `fsdp` requires a GPU accelerator"), {"stage": "configure", "accelerator": "cpu"},
+         "bad configuration: The strategy `fsdp` requires a GPU accelerator", 1, False),
+        (ValueError("x"), {"stage": "train"}, "ValueError: x", 1, True),  # during training: unforeseen
+        (RuntimeError("Connection closed by peer [10.0.0.1]:1"), {"plan": PLAN, "resolve": ADDRESSES.__getitem__},
+         "lost the connection to host algo-1 during training", 1, False),
+        (KeyError("k"), {}, "KeyError: 'k'", 1, True),
+    ],
+)  # fmt: skip
+def test_exceptions_become_one_line(exception, ctx, expected, code, traceback):
+    line, exit_code, show_traceback = failure.explain(exception, **ctx)
+    assert line.startswith(expected) and (exit_code, show_traceback) == (code, traceback)
+
+
+def test_sigterm_is_a_stop_not_a_failure():
+    class SIGTERMException(SystemExit):  # Lightning's, by class name
+        pass
+
+    assert failure.explain(SIGTERMException()) == (failure.STOPPED, 143, False)

@@ -5,7 +5,7 @@ import torch
 from torch import nn
 
 import model
-from failure import UserError
+from sagemaker_lightning import UserError
 
 
 def test_resnet_gets_the_cifar_stem():

@@ -1,27 +1,27 @@
 """Checkpoints a restarted job resumes from: last.ckpt every N steps, at each epoch end and on SIGTERM, written
 atomically, with the random-number states.
 
-SageMaker syncs /opt/ml/checkpoints to checkpoint_s3_uri and restores it on a restarted (spot) job; train.py
-resumes from last.ckpt there.
+SageMaker syncs /opt/ml/checkpoints to checkpoint_s3_uri and restores it on a restarted (spot) job; the runtime's
+LightningCLI resumes from last.ckpt there (cli.py).
 
-    python app/train.py ... --checkpoint.dirpath ckpts --last_checkpoint_every_n_steps 50
+    python app/example/train.py ... --checkpoint.dirpath ckpts --last_checkpoint_every_n_steps 50
 """
 
 import os
 import random
 
 import numpy as np
-import pytorch_lightning as pl
 import torch
-from pytorch_lightning.plugins.io import TorchCheckpointIO
-from pytorch_lightning.utilities.exceptions import SIGTERMException
 
-from callbacks import say
+from sagemaker_lightning.callbacks import say
+from sagemaker_lightning.flavor import attribute
 
 
-class AtomicCheckpointIO(TorchCheckpointIO):
+class AtomicCheckpointIO:
     """Each checkpoint goes to a temporary name first and is renamed when complete: a kill during a save never
     leaves a broken file under the real name (remote paths are written as Lightning writes them)."""
+
+    BASE = "plugins.io.TorchCheckpointIO"
 
     def save_checkpoint(self, checkpoint, path, storage_options=None):
         path = str(path)
@@ -59,20 +59,24 @@ def set_rng_states(states: dict) -> None:
         torch.cuda.set_rng_state_all(states["cuda"])
 
 
-class LastCheckpoint(pl.Callback):
+class LastCheckpoint:
     """last.ckpt, what a restarted job resumes from: every `every_n_steps` optimizer steps, at each epoch end, and
         when SageMaker stops the job (SIGTERM on StopTrainingJob or spot interruption: Lightning stops every rank at
         the same step boundary, where they save it together). With the random-number states, restored at the first
         resumed step, a resumed run continues as the uninterrupted one would (exactly so when the data is augmented
     at batch time in the training process, as the device-resident data module does)."""
 
-    def __init__(self, every_n_steps: int):
+    BASE = "callbacks.Callback"
+
+    def __init__(self, every_n_steps: int, checkpoint):
+        """checkpoint: the ModelCheckpoint whose directory (its dirpath, once set up) holds last.ckpt."""
         self.every_n_steps = every_n_steps
+        self.checkpoint = checkpoint
         self._saved_step = -1
         self._rng_to_restore = None
 
-    def save(self, trainer: pl.Trainer) -> str:
-        path = os.path.join(trainer.checkpoint_callback.dirpath, "last.ckpt")
+    def save(self, trainer) -> str:
+        path = os.path.join(self.checkpoint.dirpath, "last.ckpt")
         trainer.save_checkpoint(path)  # every rank calls it; rank 0 writes (atomically: AtomicCheckpointIO)
         self._saved_step = trainer.global_step
         if trainer.is_global_zero:
@@ -89,7 +93,7 @@ class LastCheckpoint(pl.Callback):
             self.save(trainer)
 
     def on_exception(self, trainer, pl_module, exception):
-        if isinstance(exception, SIGTERMException):
+        if isinstance(exception, attribute(self.pl, "utilities.exceptions.SIGTERMException")):
             self.save(trainer)
 
     def on_save_checkpoint(self, trainer, pl_module, checkpoint):
@@ -105,3 +109,9 @@ class LastCheckpoint(pl.Callback):
         if self._rng_to_restore is not None:  # here, not at load: setting up the data since then drew random numbers
             set_rng_states(self._rng_to_restore)
             self._rng_to_restore = None
+
+
+def resume_path(dirpath: str) -> str | None:
+    """The checkpoint a (re)started job resumes from: last.ckpt in the checkpoint directory, when there is one."""
+    path = os.path.join(dirpath, "last.ckpt")
+    return path if os.path.isfile(path) else None

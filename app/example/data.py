@@ -11,7 +11,6 @@ CIFAR10Base finds, unpacks, reads, checks and splits the files; CIFAR10DataModul
 
 import copy
 import hashlib
-import itertools
 import os
 import pickle
 import shutil
@@ -26,7 +25,8 @@ import torchvision
 from torch.utils.data import DataLoader, DistributedSampler, Subset
 from torchvision import transforms as T
 
-from failure import UserError
+from sagemaker_lightning import UserError
+from sagemaker_lightning.resumable import ResumableDataLoader
 
 ARCHIVE = "cifar-10-python.tar.gz"
 FOLDER = "cifar-10-batches-py"
@@ -42,66 +42,6 @@ class CIFAR10Files(torchvision.datasets.CIFAR10):
     train_list = [[name, None] for name, _ in torchvision.datasets.CIFAR10.train_list]
     test_list = [[name, None] for name, _ in torchvision.datasets.CIFAR10.test_list]
     meta = {**torchvision.datasets.CIFAR10.meta, "md5": None}
-
-
-class ResumableEpoch:
-    """A training iterable that resumes mid-epoch where a checkpoint left it. Lightning saves its state_dict() in
-    each checkpoint and gives it back on resume; the next epoch iterated then skips the batches already trained on.
-    The order is the same: the sampler's permutation depends only on its seed and epoch. Handed out means trained
-    on: Lightning takes no batches ahead from an iterable whose length it knows."""
-
-    sampler: DistributedSampler
-    _skip_next = 0  # batches to skip in the next epoch iterated: set by load_state_dict
-    _handed_out = 0  # batches handed out in the current epoch
-
-    def state_dict(self) -> dict:
-        return {"epoch": self.sampler.epoch, "batches": self._handed_out}
-
-    def load_state_dict(self, state: dict) -> None:
-        self.sampler.set_epoch(state["epoch"])
-        self._skip_next = state["batches"]
-
-    def _start_epoch(self) -> int:
-        """How many batches this epoch skips (0 but right after a resume)."""
-        skip, self._skip_next = self._skip_next, 0
-        self._handed_out = skip
-        return skip
-
-    def _hand_out(self, batch):
-        self._handed_out += 1
-        return batch
-
-
-class SkipFirst:
-    """A batch sampler that leaves out the first `n` batches of its first iteration only (persistent DataLoader
-    workers keep iterating the same batch sampler epoch after epoch)."""
-
-    def __init__(self, batches, n: int):
-        self.batches, self.n = batches, n
-
-    def __len__(self) -> int:
-        return len(self.batches) - self.n
-
-    def __iter__(self):
-        n, self.n = self.n, 0
-        return itertools.islice(iter(self.batches), n, None)
-
-
-class ResumableDataLoader(ResumableEpoch, DataLoader):
-    """A DataLoader that resumes mid-epoch: the batches already trained on are skipped as indices, never loaded."""
-
-    _skipping = 0
-
-    @property
-    def _index_sampler(self):
-        batches = super()._index_sampler
-        return SkipFirst(batches, self._skipping) if self._skipping else batches
-
-    def __iter__(self):
-        self._skipping = self._start_epoch()
-        iterator = super().__iter__()  # takes _index_sampler now
-        self._skipping = 0
-        return map(self._hand_out, iterator)
 
 
 class CIFAR10Base(pl.LightningDataModule):

@@ -17,7 +17,7 @@ from torch.nn import functional as F
 from torchmetrics import MeanMetric
 from torchmetrics.classification import MulticlassAccuracy
 
-from failure import UserError
+from sagemaker_lightning import UserError
 
 
 def build_network(arch: str, num_classes: int, cifar_stem: bool) -> nn.Module:

@@ -1,8 +1,9 @@
-"""Lightning callbacks the trainer adds: who-is-who, plain progress and validation lines, and the linear
-learning-rate rule. scripts/run_sagemaker.py's metric definitions read the progress and validation lines.
+"""Callbacks the runtime's LightningCLI adds to every trainer: who-is-who, plain progress and validation lines, and
+the linear learning-rate rule. scripts/run_sagemaker.py's metric definitions read the progress and validation lines.
+Each is a mixin made into a Callback of the project's Lightning package (flavor.made).
 
-    python app/train.py ... | cat                            # no terminal: a progress line every log_every_n_steps
-    python app/train.py ... --scale_lr_by_world_size true   # lr × number of processes, logged once
+    python app/example/train.py ... | cat                            # no terminal: a progress line every log_every_n_steps
+    python app/example/train.py ... --scale_lr_by_world_size true   # lr × number of processes, logged once
 """
 
 import datetime
@@ -12,7 +13,6 @@ import socket
 import sys
 import time
 
-import pytorch_lightning as pl
 import torch
 
 
@@ -31,10 +31,12 @@ def weights_digest(module: torch.nn.Module) -> str:
     return h.hexdigest()[:16]
 
 
-class RankReport(pl.Callback):
+class RankReport:
     """Each process says which rank it is at the start and which weights it ends with; rank 0 adds val metrics."""
 
-    def _say(self, trainer: pl.Trainer, what: str) -> None:
+    BASE = "callbacks.Callback"
+
+    def _say(self, trainer, what: str) -> None:
         host = os.environ.get("SM_CURRENT_HOST", socket.gethostname())
         say(f"rank {trainer.global_rank}/{trainer.world_size} host {host}: {what}")
 
@@ -52,10 +54,12 @@ class RankReport(pl.Callback):
         self._say(trainer, f"weights {weights_digest(pl_module)} at step {trainer.global_step}")
 
 
-class LogLines(pl.Callback):
+class LogLines:
     """Where there is no progress bar (stdout is not a terminal: CloudWatch, SageMaker's log streams), rank 0 prints
     `epoch E step S/T: train/loss=L images/s=R eta=H:MM:SS` every trainer.log_every_n_steps steps, one plain line
     each, instead of carriage-return progress bars."""
+
+    BASE = "callbacks.Callback"
 
     def on_train_start(self, trainer, pl_module):
         self._since = (time.monotonic(), trainer.global_step)
@@ -82,10 +86,12 @@ class LogLines(pl.Callback):
         )
 
 
-class LinearLRScaling(pl.Callback):
+class LinearLRScaling:
     """The linear scaling rule (Goyal et al., 2017): with batch_size per process, the global batch grows with
     the world size, and so does the learning rate. Applied once, before a resumed checkpoint restores the
     optimizers (whose saved learning rates are already scaled)."""
+
+    BASE = "callbacks.Callback"
 
     def on_fit_start(self, trainer, pl_module):
         factor = trainer.world_size

@@ -1,0 +1,25 @@
+"""sagemaker_lightning: a Lightning project trains on SageMaker, as it is, with one line changed.
+
+    from sagemaker_lightning import LightningCLI   # instead of: from lightning.pytorch.cli import LightningCLI
+
+    LightningCLI(MyModel, MyDataModule)             # same signature and behaviour as Lightning's
+
+On SageMaker it spans the job's hosts (whichever launcher started it: the training toolkit, torchrun, mpirun or SDK
+3.x's driver), resumes from the checkpoint directory, checkpoints on SIGTERM, writes the best weights to the model
+directory, and fails with one line naming the cause. Off SageMaker it is Lightning's LightningCLI.
+
+Public API: LightningCLI, UserError (raise it for a problem the user can fix: reported as one line, no traceback).
+This module stays light (no torch import): the image's entrypoint and start-up hook import the package.
+"""
+
+from sagemaker_lightning.failure import UserError
+
+__all__ = ["LightningCLI", "UserError"]
+
+
+def __getattr__(name: str):
+    if name == "LightningCLI":  # imports torch and Lightning: only when asked for
+        from sagemaker_lightning.cli import LightningCLI
+
+        return LightningCLI
+    raise AttributeError(f"module 'sagemaker_lightning' has no attribute {name!r}")

@@ -1,0 +1,273 @@
+"""The runtime's LightningCLI: Lightning's own, with the same signature and behaviour, plus what SageMaker needs.
+
+    from sagemaker_lightning import LightningCLI
+    LightningCLI(MyModel, MyDataModule)
+
+It is a subclass of the LightningCLI of the package the project's classes are built on (lightning.pytorch or
+pytorch_lightning: flavor.py), chosen when it is called, so a project's own subclass of it works with either. Off
+SageMaker it only adds a few arguments (checkpoint, logger, model_dir, last_checkpoint_every_n_steps, dist_timeout,
+scale_lr_by_world_size) and one-line failures. On SageMaker, in this order:
+  1. arguments: SageMaker's typed hyperparameters (hyperparameters.py) for the ones a launcher rendered, `fit` when
+     no subcommand is given (both SageMaker launchers start the script with options only), and the job's paths
+     before them so that the user's win: checkpoint.dirpath, model_dir, logger.save_dir, trainer.default_root_dir, the data
+     channel for the data module's data_dir (or the keys `data_channels` names);
+  2. the launch plan (plan.py) from the environment and the resolved trainer settings; its variables set; printed;
+  3. the trainer: devices and num_nodes of the plan, the strategy with the plan's cluster, backend and timeout
+     (strategy.py), last.ckpt every N steps / each epoch / on SIGTERM written atomically (checkpoints.py), plain log
+     lines (callbacks.py), the export to model_dir (export.py), a training loader that resumes mid-epoch
+     (resumable.py), and resume from the newest readable checkpoint;
+  4. any failure: one line on stderr and in the failure file (failure.py), exit code 1 (143 when stopped).
+
+    python app/example/train.py --help
+"""
+
+import functools
+import os
+import socket
+import sys
+import traceback
+from collections.abc import Mapping
+
+from sagemaker_lightning import checkpoints, failure, flavor, hyperparameters, resumable, signals, strategy
+from sagemaker_lightning.callbacks import LinearLRScaling, LogLines, RankReport, say
+from sagemaker_lightning.export import Export
+from sagemaker_lightning.plan import DEFAULT_TIMEOUT_S, Plan, check_world_size, make_plan
+
+SUBCOMMANDS = ("fit", "validate", "test", "predict")
+DEFAULT_DATA_KEY = "data_dir"  # the data module's argument that receives the data channel, unless data_channels says
+
+
+@functools.cache
+def _on(cls: type, pl) -> type:
+    """`cls` (LightningCLI or a project's subclass of it) on top of package `pl`'s LightningCLI."""
+    base = flavor.attribute(pl, "cli.LightningCLI")
+    return type(cls.__name__, (cls, base), {"pl": pl, "__module__": cls.__module__, "__qualname__": cls.__qualname__})
+
+
+def _interfaces() -> set[str]:
+    return {name for _, name in socket.if_nameindex()}
+
+
+class LightningCLI:
+    """Lightning's LightningCLI on SageMaker (module docstring). Extra keyword argument:
+
+    data_channels: SageMaker input channel → the data module argument that receives its directory, e.g.
+        {"training": "root"}; default {DATA_CHANNEL or "training": "data_dir"}, applied when the data module has a
+        data_dir argument (a named one must exist).
+    """
+
+    def __new__(cls, *args, **kwargs):
+        classes = [kwargs.get("model_class"), kwargs.get("datamodule_class"), kwargs.get("trainer_class")]
+        classes += list(args[:2])
+        return object.__new__(_on(cls, flavor.package(*filter(None, classes))))
+
+    def __init__(self, *args, data_channels: Mapping[str, str] | None = None, **kwargs):
+        self.data_channels = dict(data_channels) if data_channels else None
+        self.plan: Plan = make_plan({}, set())  # off SageMaker until the environment says otherwise
+        self._stage = "configure"
+        try:
+            super().__init__(*args, **kwargs)
+        except SystemExit:
+            raise  # --help, --print_config
+        except BaseException as e:
+            raise SystemExit(self.fail(e)) from None
+        if self.plan.on_sagemaker:  # run=False: what the project's own code raises later gets the same treatment
+            sys.excepthook = lambda kind, e, tb: sys.exit(self.fail(e, tb))
+
+    def fail(self, e: BaseException, tb=None) -> int:
+        """Report `e` in one line (failure.EXCEPTIONS) and return the exit code."""
+        trainer = getattr(self, "trainer", None)
+        line, code, show_traceback = failure.explain(
+            e,
+            stage=self._stage,
+            plan=self.plan,
+            resolve=socket.gethostbyname,
+            host=self.plan.host,
+            rank=trainer.global_rank if trainer else os.environ.get("RANK", "?"),
+            accelerator=self._setting("trainer.accelerator"),
+            cuda_available=_cuda_available(),
+            help=f"python {os.path.basename(sys.argv[0])} --help",
+        )
+        if show_traceback:
+            traceback.print_exception(type(e), e, tb or e.__traceback__)
+        failure.report(line)
+        return code
+
+    def _setting(self, key: str):
+        """A setting of the parsed configuration (inside the subcommand's, when there is one), or None."""
+        config = getattr(self, "config", None)
+        if config is None:
+            return None
+        sub = config.get("subcommand")
+        return (config[sub] if sub else config).get(key)
+
+    # ---- 1. arguments ---------------------------------------------------------------------------------------------
+
+    def init_parser(self, **kwargs):
+        kwargs.setdefault("exit_on_error", False)  # errors raise, and become one line (failure.py)
+        return super().init_parser(**kwargs)
+
+    def add_default_arguments_to_parser(self, parser) -> None:
+        super().add_default_arguments_to_parser(parser)
+        parser.add_lightning_class_args(flavor.attribute(self.pl, "callbacks.ModelCheckpoint"), "checkpoint")
+        # TensorBoard, the trainer's logger unless trainer.logger names another (or false), as Lightning's default
+        # is (lightning_logs/ under trainer.default_root_dir) unless logger.save_dir says where
+        tensorboard = flavor.attribute(self.pl, "loggers.TensorBoardLogger")
+        parser.add_class_arguments(tensorboard, "logger", instantiate=False, skip={"save_dir"})
+        parser.add_argument("--logger.save_dir", type=str | None, default=None, help="TensorBoard's root directory")
+        parser.add_argument(
+            "--model_dir", type=str | None, default=None, help="where rank 0 writes model.pt and config.yaml after fit"
+        )
+        parser.add_argument(
+            "--last_checkpoint_every_n_steps",
+            type=int | None,
+            default=None,
+            help="last.ckpt every N optimizer steps, besides each epoch's end and SIGTERM (0: not by steps; "
+            "null: not by steps where SIGTERM reaches the trainer, else about every minute of training)",
+        )
+        parser.add_argument(
+            "--dist_timeout", type=int, default=DEFAULT_TIMEOUT_S, help="seconds a rank waits for the others"
+        )
+        parser.add_argument(
+            "--scale_lr_by_world_size", type=bool, default=False, help="optimizer lr × number of processes"
+        )
+
+    def parse_arguments(self, parser, args) -> None:
+        if isinstance(args, Mapping) or hasattr(args, "as_dict"):
+            return super().parse_arguments(parser, args)  # a structured configuration: as the project gives it
+        argv = list(sys.argv[1:] if args is None else args)
+        self.plan = make_plan(os.environ, _interfaces())
+        if self.plan.on_sagemaker:
+            argv = hyperparameters.merge(argv, hyperparameters.read(os.environ))
+        position = _options_start(argv, parser)
+        if position is None:  # options only, as SageMaker's launchers start a script: fit
+            argv, position = ["fit", *argv], 1
+        given = [f"--{key}={value}" for key, value in self.plan.settings().items()]
+        self.config = parser.parse_args(argv[:position] + given + argv[position:])
+        data_key = self._data_key()
+        if data_key and (data_dir := self.plan.data_dir()):
+            given.append(f"--{data_key}={data_dir}")
+            self.config = parser.parse_args(argv[:position] + given + argv[position:])
+
+    def _data_key(self) -> str | None:
+        """The configuration key that receives the data channel, when the data module has it."""
+        if not self.plan.on_sagemaker:
+            return None
+        wanted = self.data_channels or {self.plan.data_channel: DEFAULT_DATA_KEY}
+        if self.plan.data_channel not in wanted:
+            return None
+        name = wanted[self.plan.data_channel]
+        for key in (f"data.{name}", f"data.init_args.{name}"):
+            if key in self._subconfig():
+                return key
+        if self.data_channels:
+            raise failure.UserError(
+                f"data_channels maps {self.plan.data_channel!r} to {name!r}, which the data module does not take; "
+                "name one of its arguments"
+            )
+        return None
+
+    def _subconfig(self):
+        sub = self.config.get("subcommand")
+        return self.config[sub] if sub else self.config
+
+    # ---- 2. the launch plan, 3. the trainer ----------------------------------------------------------------------
+
+    def instantiate_classes(self) -> None:
+        trainer = self._subconfig()["trainer"]
+        timeout = self._subconfig()["dist_timeout"]
+        self.plan = make_plan(os.environ, _interfaces(), trainer.accelerator, trainer.devices, timeout)
+        if self.plan.on_sagemaker:
+            for key, value in self.plan.env.items():
+                os.environ.pop(key, None) if value is None else os.environ.__setitem__(key, value)
+            trainer.num_nodes = len(self.plan.hosts) if trainer.num_nodes == 1 else trainer.num_nodes
+            if trainer.devices in ("auto", -1, "-1", None):
+                trainer.devices = self.plan.processes_per_host
+            if command := strategy.torchrun_command(self.plan, os.environ, sys.executable, sys.argv):
+                os.execv(command[0], command)  # LAUNCHER=torchrun: torchrun starts one process per device instead
+            _resolvable(self.plan.master_addr)
+            if _global_rank_zero(self.plan, os.environ):
+                say(self.plan.line())
+            signals.register(os.getpid())  # the image's entrypoint passes SIGTERM on to this process
+        super().instantiate_classes()
+        self._stage = "train"
+
+    def instantiate_trainer(self, **kwargs):
+        config = self._subconfig()
+        model_checkpoint = self._get(self.config_init, "checkpoint")
+        every_n_steps = config["last_checkpoint_every_n_steps"] or 0
+        made = functools.partial(flavor.made, pl=self.pl)
+        callbacks = [
+            made(RankReport)(),
+            made(LogLines)(),
+            made(checkpoints.LastCheckpoint)(every_n_steps, model_checkpoint),
+            made(Export)(config["model_dir"], self._config_yaml),
+        ]
+        if config["scale_lr_by_world_size"]:
+            callbacks.append(made(LinearLRScaling)())
+        trainer_config = self._get(self.config_init, "trainer", default={})
+        kwargs["callbacks"] = [*(trainer_config.get("callbacks") or []), *callbacks]
+        if trainer_config.get("logger") in (None, True):
+            logger = self._get(self.config_init, "logger").as_dict()
+            root = logger.pop("save_dir") or trainer_config.get("default_root_dir") or os.getcwd()
+            kwargs["logger"] = flavor.attribute(self.pl, "loggers.TensorBoardLogger")(root, **logger)
+        kwargs["plugins"] = [*(trainer_config.get("plugins") or []), made(checkpoints.AtomicCheckpointIO)()]
+        kwargs.update(strategy.arguments(self.pl, self.plan, trainer_config, kwargs["plugins"]))
+        if trainer_config.get("enable_progress_bar") is None:  # carriage returns make a mess of log files
+            kwargs["enable_progress_bar"] = sys.stdout.isatty()
+        trainer = super().instantiate_trainer(**kwargs)
+        check_world_size(self.plan, trainer.num_nodes, trainer.num_devices)
+        if self.plan.on_sagemaker:
+            overridden = flavor.attribute(self.pl, "utilities.model_helpers.is_overridden")
+            resumable.make_training_loader_resumable(self.datamodule or self.model, trainer, overridden)
+        if (
+            model_checkpoint
+            and model_checkpoint.dirpath
+            and (path := checkpoints.resume_path(model_checkpoint.dirpath))
+        ):
+            trainer.ckpt_path = path  # fit() resumes from it unless given another ckpt_path
+        return trainer
+
+    def _config_yaml(self) -> str:
+        """The resolved configuration, as model_dir's config.yaml holds it."""
+        return self._parser(self.subcommand).dump(self._subconfig(), skip_none=False)
+
+
+def _options_start(argv: list[str], parser) -> int | None:
+    """Where options go: after the subcommand (its index + 1), at 0 without subcommands, None when the parser has
+    subcommands but argv names none."""
+    if parser._subcommands_action is None:
+        return 0
+    expects_value = False
+    for i, token in enumerate(argv):
+        if expects_value:
+            expects_value = False
+        elif token in SUBCOMMANDS:
+            return i + 1
+        elif token.startswith("-"):
+            expects_value = "=" not in token and token not in ("-h", "--help")
+        else:
+            return None  # a positional that is not a subcommand: the parser says what is wrong
+    return None
+
+
+def _global_rank_zero(plan: Plan, env: Mapping[str, str]) -> bool:
+    """Before the trainer exists: under the process launcher, Lightning's own processes for local ranks 1.. have
+    LOCAL_RANK; torchrun and mpirun give every process its RANK."""
+    if plan.launcher == "process":
+        return plan.node_rank == 0 and "LOCAL_RANK" not in env
+    return env.get("RANK") == "0"
+
+
+def _resolvable(host: str) -> None:
+    try:
+        socket.gethostbyname(host)
+    except OSError as e:
+        raise failure.UserError(
+            f"cannot resolve the first host {host!r} ({e}); check SM_HOSTS and the job's network"
+        ) from e
+
+
+def _cuda_available() -> bool:
+    torch = sys.modules.get("torch")
+    return bool(torch and torch.cuda.is_available())

@@ -1,0 +1,203 @@
+"""The image's entrypoint, PID 1: prepares a SageMaker job, runs its command (`train`, the training toolkit), passes
+SIGTERM on to the training processes and waits for every process, so training can checkpoint and exit inside
+SageMaker's grace period; every way it fails ends in one line in the failure file.
+
+SageMaker signals only PID 1 on StopTrainingJob and spot interruption (and kills the container 120 s later); the
+training toolkit does not pass the signal on (sagemaker-training-toolkit #125, #173). The signal goes to each
+training process that registered (signals.py); without any (a plain `docker run ... python script.py`), to the
+command itself. Before the command starts, inside a SageMaker job (resourceconfig.json present):
+  - the code: the job's own (SDK 2.x `entry_point`/`source_dir`: the hyperparameter sagemaker_program, or code
+    mounted over /opt/ml/code in local mode), else the image's example (copied into /opt/ml/code, run as train.py);
+  - every host name must resolve within dist_timeout (a hyperparameter, default 600 s), or the job fails naming the
+    host: the toolkit alone would wait 15 minutes for a host whose container never started;
+  - a network interface the job names but the container lacks (SDK 3.x local mode writes "ethwe") is replaced in
+    resourceconfig.json by the default route's, before the toolkit passes it to mpirun and NCCL;
+  - processes see the SageMaker host name (algo-N) in gethostname(), as MPI and NCCL name hosts by it (the
+    toolkit's own preload library, which its mpirun commands use too).
+SDK 3.x with SourceCode replaces this entrypoint with its own driver: none of this runs then (signals.py).
+
+    docker run --rm sagemaker-lightning train          # what SageMaker runs
+"""
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+from sagemaker_lightning import failure, hyperparameters, signals
+from sagemaker_lightning.plan import DEFAULT_TIMEOUT_S
+
+BASE = os.environ.get("SAGEMAKER_BASE_DIR", "/opt/ml")
+RESOURCE_CONFIG = os.path.join(BASE, "input", "config", "resourceconfig.json")
+HYPERPARAMETERS = os.path.join(BASE, "input", "config", "hyperparameters.json")
+CODE = os.path.join(BASE, "code")  # the toolkit's code directory
+OUTPUT = os.path.join(BASE, "output")  # the failure file's directory
+EXAMPLE = os.environ.get("SAGEMAKER_LIGHTNING_EXAMPLE", "/opt/sagemaker-lightning/example")  # the image's example
+PRELOAD_READS = "/opt/ml/input/config/resourceconfig.json"  # the one path the host-name library reads
+STOP_GRACE_S = 110  # after SIGTERM: SageMaker kills the container 120 s after signalling it
+LEFTOVER_GRACE_S = 10  # after the command ends: daemons it left (sshd for MPI) get this long to exit
+
+
+def default_interface(route_table: str) -> str | None:
+    """The interface of the default route, from /proc/net/route's text."""
+    for line in route_table.splitlines()[1:]:
+        fields = line.split()
+        if len(fields) > 1 and fields[1] == "00000000":
+            return fields[0]
+    return None
+
+
+def repaired(config: dict, interfaces: set[str], fallback: str | None) -> dict | None:
+    """resourceconfig with a network interface that exists here, or None when it needs no change."""
+    named = config.get("network_interface_name")
+    if named is None or named in interfaces or fallback is None:
+        return None
+    return {**config, "network_interface_name": fallback}
+
+
+def dist_timeout(given: dict) -> int:
+    """dist_timeout from the job's hyperparameters, whichever form the SDK sent it in (3, "3", "600")."""
+    value = hyperparameters.typed(given.get("dist_timeout", DEFAULT_TIMEOUT_S))
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise failure.UserError(f"dist_timeout={value!r} is not a positive whole number of seconds; e.g. 600")
+    return value
+
+
+def unresolved(hosts: list[str], timeout_s: float) -> str | None:
+    """The first host name that does not resolve within the timeout, or None when all do."""
+    deadline = time.monotonic() + timeout_s
+    for host in hosts:
+        while True:
+            try:
+                socket.gethostbyname(host)
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    return host
+                time.sleep(1)
+    return None
+
+
+def brings_code(given: dict, env: dict, code_dir: str) -> bool:
+    """Whether the job brings its own code: an entry point (SDK 2.x), a program chosen in its environment, or a
+    directory mounted over the code directory (local mode)."""
+    return "sagemaker_program" in given or "SAGEMAKER_PROGRAM" in env or bool(os.listdir(code_dir))
+
+
+def prepare_job(env: dict) -> None:
+    """Inside a SageMaker job: code, host wait, interface repair and host-name preload (module docstring)."""
+    with open(RESOURCE_CONFIG) as f:
+        config = json.load(f)
+    try:
+        with open(HYPERPARAMETERS) as f:
+            given = json.load(f)
+    except FileNotFoundError:
+        given = {}
+    timeout = dist_timeout(given)
+    os.makedirs(CODE, exist_ok=True)
+    if not brings_code(given, env, CODE):
+        shutil.copytree(EXAMPLE, CODE, dirs_exist_ok=True)
+        env["SAGEMAKER_PROGRAM"] = "train.py"
+    if missing := unresolved(config["hosts"], timeout):
+        raise failure.UserError(
+            f"host {missing} did not come up within dist_timeout={timeout} s (its name does not resolve): "
+            "its container did not start; see its log"
+        )
+    with open("/proc/net/route") as f:
+        fallback = default_interface(f.read())
+    fixed = repaired(config, {name for _, name in socket.if_nameindex()}, fallback)
+    if fixed:
+        with open(RESOURCE_CONFIG, "w") as f:
+            json.dump(fixed, f)
+        print(
+            f"entrypoint: the job names network interface {config['network_interface_name']!r}, "
+            f"which this container lacks; using {fallback!r}",
+            flush=True,
+        )
+    if RESOURCE_CONFIG != PRELOAD_READS:
+        return  # a moved /opt/ml (SAGEMAKER_BASE_DIR, as in tests): the library would not find the file
+    try:
+        import gethostname  # sagemaker-training's preload library: gethostname() reads resourceconfig.json
+    except ImportError:
+        return
+    env["LD_PRELOAD"] = " ".join(filter(None, [env.get("LD_PRELOAD"), gethostname.__file__]))
+
+
+def one_line_failure(code: int) -> None:
+    """After a failed command: the failure file holds one line. The toolkit leaves its traceback there (or, when
+    it died first, nothing); failure.toolkit turns that into the line."""
+    path = os.path.join(OUTPUT, "failure")
+    try:
+        with open(path) as f:
+            text = f.read()
+    except FileNotFoundError:
+        text = f"exit code {code}"
+    with open(RESOURCE_CONFIG) as f:
+        host = json.load(f).get("current_host", "?")
+    if (line := failure.toolkit(text, host)) is not None:
+        if os.path.exists(path):
+            os.remove(path)
+        failure.report(line, output_dir=OUTPUT)
+
+
+def main() -> int:
+    command = sys.argv[1:] or ["train"]
+    env = dict(os.environ)
+    in_job = os.path.exists(RESOURCE_CONFIG)
+    shutil.rmtree(os.path.join(signals.RUN_DIR, "trainers"), ignore_errors=True)  # a restarted container's leftovers
+    if in_job:
+        try:
+            prepare_job(env)
+        except failure.UserError as e:
+            return failure.report(str(e), output_dir=OUTPUT)
+    child = subprocess.Popen(command, env=env, start_new_session=os.getpid() != 1)
+    deadline, stopped_by = None, None
+
+    def leftovers() -> None:  # after the command: daemons it started (sshd for MPI)
+        try:
+            os.kill(-1, signal.SIGTERM) if os.getpid() == 1 else os.killpg(child.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+
+    def on_signal(signum, frame):
+        nonlocal deadline, stopped_by
+        deadline, stopped_by = time.monotonic() + STOP_GRACE_S, signum
+        for pid in signals.registered() or [child.pid]:
+            try:
+                os.kill(pid, signum)
+            except ProcessLookupError:
+                pass
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    code = None
+    while True:  # reap every child, orphans included, until none is left or time is up
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            break
+        if pid == child.pid:
+            code = os.waitstatus_to_exitcode(status)
+            if deadline is None:
+                deadline = time.monotonic() + LEFTOVER_GRACE_S
+                leftovers()
+        elif pid == 0:
+            if deadline is not None and time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+    if stopped_by:
+        return 128 + stopped_by  # stopped: whatever the command made of it
+    if code is None:
+        return 128 + signal.SIGKILL  # the command outlived the grace period
+    code = code if code >= 0 else 128 - code
+    if code and in_job:
+        one_line_failure(code)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

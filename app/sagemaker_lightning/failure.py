@@ -1,0 +1,223 @@
+"""How a job fails: one line naming the problem and the fix, on stderr and in SageMaker's failure file.
+
+SageMaker shows the first 1024 characters of `/opt/ml/output/failure` as the job's FailureReason. The training
+toolkit and SDK 3.x's driver write that file only when it does not exist yet, so the line written here stays.
+
+Every translation of a failure into that line is in this module, in two tables a reader can scan:
+  EXCEPTIONS  an exception raised in the training process → its line (and whether its traceback helps)
+  TOOLKIT     the text the training toolkit or a launcher (torchrun, mpirun) left when a process failed → its line
+Everything else in the runtime raises; the CLI (cli.py) and the image's entrypoint (entrypoint.py) ask these tables.
+
+    SM_OUTPUT_DIR=/tmp python -c "from sagemaker_lightning import failure; failure.report('data.batch_size must be positive')"
+"""
+
+import os
+import re
+import signal
+import sys
+from collections.abc import Callable, Mapping
+
+SIGTERM_EXIT = 128 + signal.SIGTERM  # stopped, checkpoint saved: not a failure of the code
+
+
+class UserError(Exception):
+    """A problem the user can fix: bad input, bad environment, missing data. Reported without a traceback."""
+
+
+def report(message: str, env: Mapping[str, str] = os.environ, output_dir: str | None = None) -> int:
+    """Print `message` as one line on stderr and keep it as the job's failure reason; return the exit code 1.
+    The failure file goes to `output_dir`, else SM_OUTPUT_DIR (the toolkit's and SDK 3.x's), else nowhere."""
+    line = " ".join(str(message).split())
+    sys.stderr.write(f"ERROR: {line}\n")  # one write: several ranks may fail at once into one stream
+    sys.stderr.flush()
+    output_dir = output_dir or env.get("SM_OUTPUT_DIR")
+    if output_dir:
+        try:  # "x": the first process to fail names the cause; ranks failing after it are consequences
+            with open(os.path.join(output_dir, "failure"), "x") as f:
+                f.write(line + "\n")
+        except OSError:
+            pass
+    return 1
+
+
+# ---- exceptions in the training process ---------------------------------------------------------------------------
+
+
+def argument_problem(message: str) -> str:
+    """jsonargparse's nested errors boiled down to `key=value is not valid (expected type)` or `key.option is not
+    accepted by class`."""
+    keys = re.findall(r'Parser key "([^"]+)"', message)
+    option = re.search(r"class_path '([\w.]+)':\s*Option '(\w+)' is not accepted", message)
+    if keys and option:  # e.g. --data.num_workers, an option of CIFAR10DataModule, given to DeviceCIFAR10DataModule
+        return f"{'.'.join(keys)}.{option.group(2)} is not accepted by {option.group(1)}"
+    value = re.search(r"(?:Got|Given) value: (.*?)(?: - |$)", message, re.M)
+    if not keys or not value:
+        return message.splitlines()[0]  # e.g. "Unrecognized arguments: --trainer.max_epochz 1" says it already
+    expected = [
+        t.rsplit(".", 1)[-1] for t in re.findall(r"Expected an? <class '([\w.]+)'>", message) if t != "NoneType"
+    ]
+    return f"{'.'.join(keys)}={value.group(1)} is not valid" + (f" (expected {expected[0]})" if expected else "")
+
+
+def peer_failure(plan, message: str, resolve: Callable[[str], str]) -> str | None:
+    """What a torch.distributed error means for this job, naming the host to look at; None when it is not one."""
+    others = ", ".join(h for i, h in enumerate(plan.hosts) if i != plan.node_rank) or "none"
+    master = f"{plan.master_addr}:{plan.master_port}"
+    if joined := re.search(r"Timed out after (\d+) seconds waiting for clients\. (\d+)/(\d+) clients joined", message):
+        return (
+            f"only {joined[2]} of {joined[3]} processes joined within {joined[1]} s: the other hosts ({others}) did "
+            f"not start training or cannot reach {master}; see their logs (dist_timeout sets the wait)"
+        )
+    if re.search(r"connect\(\) timed out|Connection refused|failed to connect|Socket Timeout", message, re.I):
+        return (
+            f"could not reach the first host {plan.hosts[0]} at {master} within dist_timeout: it did not start "
+            "training or failed first; see its failure reason"
+        )
+    lost = re.search(
+        r"(?:Connection closed by peer|Connection reset by peer|Read error|Write error)\D*(\d+\.\d+\.\d+\.\d+)", message
+    )
+    if lost:
+        candidates = [h for i, h in enumerate(plan.hosts) if i != plan.node_rank] + [plan.host]  # a local rank last
+        named = [h for h in candidates if _address(resolve, h) == lost[1]]
+        return (
+            f"lost the connection to host {named[0] if named else lost[1]} during training: a process there stopped; "
+            "its failure reason names the cause"
+        )
+    if re.search(r"timed out|timeout", message, re.I) and re.search(
+        r"gloo|nccl|collective|barrier|broadcast|allreduce", message, re.I
+    ):
+        return f"a collective operation did not finish within dist_timeout: a process on another host ({others}) stopped or hangs"
+    return None
+
+
+def _address(resolve: Callable[[str], str], host: str) -> str | None:
+    try:
+        return resolve(host)
+    except OSError:
+        return None
+
+
+def _named(*names: str) -> Callable[[BaseException], bool]:
+    """Matches an exception whose class (or a base class) has one of these names: the Lightning package that raised
+    it (lightning or pytorch_lightning) need not be imported here."""
+    return lambda e: any(c.__name__ in names for c in type(e).__mro__)
+
+
+def _configuration(e: BaseException, ctx: dict) -> str:
+    """A class built from the configuration refused its arguments."""
+    asked = str(ctx.get("accelerator", "")).lower()
+    if asked in ("gpu", "cuda") and not ctx.get("cuda_available"):
+        return f"trainer.accelerator={asked} asks for a GPU but this instance has none; use a GPU instance type or trainer.accelerator=cpu"
+    return f"bad configuration: {str(e).splitlines()[0] if str(e) else type(e).__name__}"
+
+
+def _out_of_memory(e: BaseException, ctx: dict) -> str:
+    return (
+        f"out of GPU memory on host {ctx.get('host', '?')} rank {ctx.get('rank', '?')} ({str(e).splitlines()[0]}); "
+        "lower data.batch_size, the batch of each process, or use an instance with more GPU memory"
+    )
+
+
+def _lost_peer(e: BaseException, ctx: dict) -> str | None:
+    plan = ctx.get("plan")
+    if plan is None or not plan.on_sagemaker:
+        return None
+    return peer_failure(plan, str(e), ctx.get("resolve") or (lambda host: host))
+
+
+STOPPED = (
+    "stopped by SIGTERM (StopTrainingJob or a spot interruption) after saving last.ckpt; "
+    "a job restarted with the same checkpoint location resumes from it"
+)
+
+# (matches the exception, its line (None: not this row), exit code, print the traceback too) — first match wins
+EXCEPTIONS: list[tuple[Callable[[BaseException], bool], Callable[[BaseException, dict], str | None], int, bool]] = [
+    (_named("UserError"), lambda e, ctx: str(e), 1, False),
+    (
+        _named("ArgumentError"),
+        lambda e, ctx: f"bad hyperparameter: {argument_problem(str(e))}; {ctx.get('help', '--help')} lists them",
+        1,
+        False,
+    ),
+    (_named("SIGTERMException"), lambda e, ctx: STOPPED, SIGTERM_EXIT, False),
+    (_named("OutOfMemoryError"), _out_of_memory, 1, False),
+    # while the classes are built from the configuration, these mean a value the class refused
+    (
+        lambda e: _named("MisconfigurationException", "ValueError", "TypeError")(e),
+        lambda e, ctx: _configuration(e, ctx) if ctx.get("stage") == "configure" else None,
+        1,
+        False,
+    ),
+    (_named("DistError", "DistBackendError", "DistNetworkError", "RuntimeError"), _lost_peer, 1, False),
+    (lambda e: True, lambda e, ctx: f"{type(e).__name__}: {e}", 1, True),  # unforeseen: its traceback, then the line
+]
+
+
+def explain(e: BaseException, **ctx) -> tuple[str, int, bool]:
+    """The failure line for `e`, the exit code and whether its traceback belongs in the log. ctx: stage ("configure"
+    or "train"), plan, resolve (host → address), host, rank, accelerator, cuda_available, help."""
+    for matches, line, code, traceback in EXCEPTIONS:
+        if matches(e) and (text := line(e, ctx)) is not None:
+            return text, code, traceback
+    raise AssertionError("the last row matches everything")
+
+
+# ---- what the toolkit or a launcher left behind ----------------------------------------------------------------------
+
+KILLED = (
+    "was killed with SIGKILL, most often by the kernel's out-of-memory killer; lower data.batch_size or "
+    "data.num_workers, or use an instance with more memory"
+)
+
+# (pattern in the toolkit's failure text or a launcher's summary, its line from the match); first match wins
+TOOLKIT: list[tuple[str, Callable[[re.Match, str], str]]] = [
+    # torchrun's summary: "rank: 1 (local_rank: 1) ... exitcode: -9 ... Signal 9 (SIGKILL) received by PID"
+    (
+        r"rank\s*:\s*(\d+) \(local_rank: (\d+)\)[\s\S]*?(?:exitcode\s*:\s*-9\b|Signal 9 \(SIGKILL\))",
+        lambda m, host: f"training process rank {m[1]} (local rank {m[2]}) on host {host} {KILLED}",
+    ),
+    # mpirun: "mpirun noticed that process rank 1 with PID 123 on node algo-2 exited on signal 9 (Killed)."
+    (
+        r"process rank (\d+) with PID \d+ on node (\S+) exited on signal 9",
+        lambda m, host: f"training process rank {m[1]} on host {m[2]} {KILLED}",
+    ),
+    # the Process runner: the program itself was killed (exit code 137 or -9)
+    (
+        r"ExitCode\s*(?:137|-9)\b|exit code[: ]+(?:137|-9)\b|returned non-zero exit status -9",
+        lambda m, host: f"the training process on host {host} {KILLED}",
+    ),
+    (
+        r"InstallRequirementsError|pip install -r requirements\.txt",
+        lambda m, host: (
+            f"installing the job's requirements.txt failed on host {host}: {_pip_reason(m.string)}; fix requirements.txt in the source directory (the log shows pip's output)"
+        ),
+    ),
+    (
+        r"can't open file '([^']+)'|No such file or directory: '(/opt/ml/code/[^']+)'",
+        lambda m, host: (
+            f"the entry point {os.path.basename(m[1] or m[2])!r} is not in the job's source directory; set entry_point (SDK 2.x) or entry_script (SDK 3.x) to a file of source_dir"
+        ),
+    ),
+    (
+        r"ExecuteUserScriptError|exit code|ExitCode",
+        lambda m, host: f"the training program on host {host} failed without a failure reason; its log shows why",
+    ),
+]
+
+
+def _pip_reason(text: str) -> str:
+    """pip's own error line, e.g. "No matching distribution found for x==9"."""
+    found = re.findall(r"ERROR: (.+)", text)
+    return found[-1].strip() if found else "pip failed"
+
+
+def toolkit(text: str, host: str) -> str | None:
+    """The one line for what the toolkit (or a launcher under it) wrote when the training program failed; None for
+    text that is already one line of ours."""
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    if len(lines) == 1 and not re.search(r"ExecuteUserScriptError|InstallRequirementsError|Framework Error", text):
+        return None
+    for pattern, line in TOOLKIT:
+        if match := re.search(pattern, text):
+            return line(match, host)
+    return f"the job failed on host {host}: {lines[-1] if lines else 'no reason given'}"

@@ -1,0 +1,285 @@
+"""The launch plan: SageMaker's environment, resolved once into who trains where and what torch.distributed,
+Lightning, NCCL and gloo need to know.
+
+`make_plan` is a pure function from an environment (a mapping of variable names to strings) plus the trainer's
+resolved settings to an immutable Plan; `Plan.env` holds the variables to set. Nothing here starts a process,
+resolves a name or reads a file, so every rule is unit-tested as a table (tests/unit/test_plan.py). This is the only
+module that reads SageMaker's variables (SM_HOSTS, SM_CURRENT_HOST, SM_CHANNELS, ...).
+
+Who started this process (SageMaker's `distribution`, or SDK 3.x's driver):
+  process   one process per host (no distribution; SDK 3.x's basic driver): ranks from the host list, and
+            Lightning starts one process per device
+  torchrun  torch_distributed, SDK 3.x's Torchrun(): one process per device, ranks from torchrun
+  mpirun    pytorchddp, smdistributed, mpi: one process per device, ranks from OMPI_COMM_WORLD_*
+  none      not on SageMaker: Lightning finds its cluster itself
+
+    SM_HOSTS='["algo-1","algo-2"]' SM_CURRENT_HOST=algo-2 SM_NUM_GPUS=0 \\
+        python -c "import os; from sagemaker_lightning import plan; print(plan.make_plan(os.environ, {'eth0'}).line())"
+"""
+
+import json
+import os
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, field
+
+from sagemaker_lightning.failure import UserError
+
+DEFAULT_MASTER_PORT = "29500"  # torch.distributed's own default; MASTER_PORT (or SDK 3.x's SM_MASTER_PORT) wins
+DEFAULT_CHANNEL = "training"  # the input channel that holds the data; DATA_CHANNEL in the environment names another
+DEFAULT_TIMEOUT_S = 600  # seconds a rank waits for the others (dist_timeout); torch's own default is 30 minutes
+# EFA with GPUDirect RDMA (AWS EFA docs); "p6" covers p6-b200, p6e-gb200 and later sizes
+RDMA_FAMILIES = ("p4d", "p4de", "p5", "p5e", "p5en", "trn1", "trn1n", "trn2")
+# EFA without GPUDirect RDMA
+EFA_TYPES = (
+    "ml.g4dn.8xlarge",
+    "ml.g4dn.12xlarge",
+    "ml.g4dn.16xlarge",
+    "ml.g5.48xlarge",
+    "ml.g6.48xlarge",
+    "ml.g6e.48xlarge",
+    "ml.p3dn.24xlarge",
+)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Where this process stands in its job. Outside SageMaker: launcher "none", one host, nothing to set."""
+
+    launcher: str  # "process", "torchrun", "mpirun" or "none" (module docstring)
+    hosts: tuple[str, ...]  # the job's hosts in SageMaker's order (sorted: algo-1, algo-2, ...)
+    node_rank: int  # this host's index in `hosts`
+    processes_per_host: int  # training processes on each host (trainer.devices)
+    master_addr: str  # the first host: torch.distributed's rendezvous
+    master_port: str
+    backend: str | None  # "smddp" when the job enables SMDDP; None: Lightning's choice (NCCL on GPUs, gloo on CPUs)
+    timeout_s: int  # dist_timeout: joining and every collective
+    channels: Mapping[str, str]  # the job's input channels: name → directory
+    data_channel: str  # the channel that holds the data: `training`, or the one DATA_CHANNEL names
+    checkpoint_dir: str | None  # synced to checkpoint_s3_uri and restored on a restarted job
+    model_dir: str | None  # packed into model.tar.gz
+    output_data_dir: str | None  # packed into output.tar.gz
+    env: Mapping[str, str | None] = field(default_factory=dict)  # variables to set (None: to unset)
+
+    @property
+    def on_sagemaker(self) -> bool:
+        return self.launcher != "none"
+
+    @property
+    def host(self) -> str:
+        return self.hosts[self.node_rank]
+
+    @property
+    def world_size(self) -> int:
+        return len(self.hosts) * self.processes_per_host
+
+    def data_dir(self) -> str | None:
+        """The data channel's directory; None when the job has no channels at all. A job whose channels lack that
+        one is refused, naming the channels it has."""
+        if self.data_channel in self.channels:
+            return self.channels[self.data_channel]
+        if self.channels:
+            raise UserError(
+                f"the job has no input channel {self.data_channel!r} (it has {', '.join(self.channels)}); name the "
+                f"data channel {self.data_channel!r} or set the environment variable DATA_CHANNEL to its name"
+            )
+        return None
+
+    def settings(self) -> dict[str, str]:
+        """The job's paths as configuration keys, given before the user's arguments (so theirs win)."""
+        if not self.on_sagemaker:
+            return {}
+        paths = {
+            "checkpoint.dirpath": self.checkpoint_dir,  # last.ckpt there is what a restarted job resumes from
+            "model_dir": self.model_dir,  # model.pt and config.yaml, in model.tar.gz
+            "trainer.default_root_dir": self.output_data_dir,  # what else the trainer writes, in output.tar.gz
+            "logger.save_dir": self.output_data_dir and os.path.join(self.output_data_dir, "tensorboard"),
+        }
+        return {key: value for key, value in paths.items() if value}
+
+    def line(self) -> str:
+        """The plan in one line, as rank 0 prints it at the start."""
+        return (
+            f"launch: {self.launcher} on {','.join(self.hosts)}, this is {self.host} (node {self.node_rank}), "
+            f"{self.processes_per_host} process(es) per host, world size {self.world_size}, "
+            f"master {self.master_addr}:{self.master_port}, backend {self.backend or 'nccl (GPU) / gloo (CPU)'}, "
+            f"timeout {self.timeout_s} s"
+        )
+
+
+def launcher(env: Mapping[str, str]) -> str:
+    """Which launcher started this process: "torchrun", "mpirun", "process" or "none" (module docstring)."""
+    if "SM_HOSTS" not in env:  # the toolkit and SDK 3.x's driver export it on every SageMaker host
+        return "none"
+    if "TORCHELASTIC_RUN_ID" in env:
+        return "torchrun"
+    if "OMPI_COMM_WORLD_RANK" in env:
+        return "mpirun"
+    return "process"
+
+
+def hosts(env: Mapping[str, str]) -> tuple[list[str], int]:
+    """The job's hosts and this host's index among them (its node rank), from SM_HOSTS and SM_CURRENT_HOST."""
+    raw = env.get("SM_HOSTS", "")
+    try:
+        names = json.loads(raw)
+    except ValueError:
+        names = None
+    if not (isinstance(names, list) and names and all(isinstance(h, str) and h for h in names)):
+        raise UserError(f'SM_HOSTS={raw!r} is not a JSON list of host names; expected e.g. ["algo-1","algo-2"]')
+    if len(set(names)) != len(names):
+        raise UserError(f"SM_HOSTS={raw!r} names a host twice; each host must appear once")
+    current = env.get("SM_CURRENT_HOST", "")
+    if current not in names:
+        raise UserError(f"SM_CURRENT_HOST={current!r} is not in SM_HOSTS={raw}; set it to one of those hosts")
+    return names, names.index(current)
+
+
+def processes_per_host(env: Mapping[str, str], accelerator: str = "auto", devices="auto") -> int:
+    """Training processes per host: what a launcher started (LOCAL_WORLD_SIZE, OMPI_COMM_WORLD_LOCAL_SIZE), else
+    trainer.devices when it is a count or a list, else one per GPU (SM_NUM_GPUS) unless on the CPU, else 1."""
+    for started in ("LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE"):
+        if started in env and launcher(env) in ("torchrun", "mpirun"):
+            return int(env[started])
+    if isinstance(devices, str) and devices.strip().isdigit():
+        devices = int(devices)
+    if isinstance(devices, int) and devices > 0:
+        return devices
+    if isinstance(devices, (list, tuple)) and devices:
+        return len(devices)
+    gpus = int(env.get("SM_NUM_GPUS") or 0)
+    return gpus if gpus > 0 and str(accelerator).lower() != "cpu" else 1
+
+
+def smddp_enabled(env: Mapping[str, str]) -> bool:
+    """Whether the job asks for SMDDP (distribution smdistributed.dataparallel, or its framework parameter)."""
+    params = json.loads(env.get("SM_FRAMEWORK_PARAMS") or "{}")
+    return params.get("sagemaker_distributed_dataparallel_enabled") in (True, "true", "True")
+
+
+def _names_existing(variable: str, value: str, interfaces: Collection[str]) -> bool:
+    """Whether an *_SOCKET_IFNAME value selects an interface here: NCCL reads "^a,b" as an exclusion list,
+    "=a" as an exact name and "a" as a prefix; gloo reads exact names."""
+    if variable.startswith("NCCL") and value.startswith("^"):
+        return True
+    names = value.lstrip("=").split(",")
+    if variable.startswith("NCCL") and not value.startswith("="):
+        return any(i.startswith(n) for n in names for i in interfaces)
+    return all(n in interfaces for n in names)
+
+
+def network_env(env: Mapping[str, str], interfaces: Collection[str], workers: bool) -> dict[str, str | None]:
+    """Interface and EFA settings: only where neither the user nor the launcher set them, or set them to an
+    interface this container lacks (SDK 3.x local mode names "ethwe"; the PyTorch toolkit passes it on).
+    `workers`: whether DataLoader worker processes fork (they fail on huge-page EFA buffers)."""
+    out: dict[str, str | None] = {}
+    interface = env.get("SM_NETWORK_INTERFACE_NAME")
+    for var in ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME"):
+        current = env.get(var)
+        if current is not None and _names_existing(var, current, interfaces):
+            continue
+        if interface in interfaces:
+            out[var] = interface
+        elif current is not None:
+            out[var] = None  # a name that is not here: unset, and gloo/NCCL pick an interface themselves
+    instance_type = env.get("SM_CURRENT_INSTANCE_TYPE", "")
+    family = instance_type.split(".")[1] if instance_type.count(".") == 2 else ""
+    rdma = family in RDMA_FAMILIES or family.startswith("p6")
+    if rdma or instance_type in EFA_TYPES:
+        efa = {"FI_PROVIDER": "efa"}  # NCCL over EFA through the aws-ofi-nccl plugin
+        if rdma:
+            efa["FI_EFA_USE_DEVICE_RDMA"] = "1"  # GPUDirect RDMA between GPU memory and the EFA device
+        if workers:
+            efa["FI_EFA_USE_HUGE_PAGE"] = "0"  # forked DataLoader workers fail on huge-page EFA buffers
+        out.update({k: v for k, v in efa.items() if k not in env})
+    return out
+
+
+def _rank_env(env: Mapping[str, str], mode: str, names: list[str], node_rank: int, per_host: int) -> dict[str, str]:
+    """torch.distributed's and Lightning's variables for the launcher that started this process."""
+    master = {
+        "MASTER_ADDR": env.get("MASTER_ADDR") or env.get("SM_MASTER_ADDR") or names[0],
+        "MASTER_PORT": env.get("MASTER_PORT") or env.get("SM_MASTER_PORT") or DEFAULT_MASTER_PORT,
+    }
+    # Lightning reads these as Trainer defaults: a plain script's Trainer() spans the job without a change
+    out = {"PL_TRAINER_NUM_NODES": str(len(names)), "PL_TRAINER_DEVICES": str(per_host)}
+    if mode == "process":
+        out.update(master, NODE_RANK=str(node_rank), WORLD_SIZE=str(len(names) * per_host))
+    elif mode == "mpirun":
+        rank, local_rank = int(env["OMPI_COMM_WORLD_RANK"]), int(env["OMPI_COMM_WORLD_LOCAL_RANK"])
+        # mpirun exported the first host's SM_CURRENT_HOST to every rank: this one is on host rank // per_host
+        out.update(
+            master,
+            RANK=str(rank),
+            WORLD_SIZE=str(len(names) * per_host),
+            LOCAL_RANK=str(local_rank),
+            LOCAL_WORLD_SIZE=str(per_host),
+            NODE_RANK=str(node_rank),
+            SM_CURRENT_HOST=names[node_rank],
+        )
+    return out
+
+
+def make_plan(
+    env: Mapping[str, str],
+    interfaces: Collection[str],
+    accelerator: str = "auto",
+    devices="auto",
+    timeout_s: int = DEFAULT_TIMEOUT_S,
+    workers: bool = True,
+) -> Plan:
+    """The plan for this process. `interfaces`: the network interfaces here; `accelerator`, `devices`: the trainer's
+    settings (resolved from every source: YAML, --config, arguments); `workers`: whether DataLoader workers fork."""
+    mode = launcher(env)
+    if mode == "none":
+        return Plan(
+            "none", ("localhost",), 0, 1, "localhost", DEFAULT_MASTER_PORT, None, timeout_s, {}, "", None, None, None
+        )
+    names, node_rank = hosts(env)
+    per_host = processes_per_host(env, accelerator, devices)
+    if mode == "mpirun":
+        size = int(env["OMPI_COMM_WORLD_SIZE"])
+        if size != len(names) * per_host:
+            raise UserError(
+                f"mpirun started {size} processes, not {per_host} on each of {len(names)} hosts; "
+                "set processes_per_host in the distribution to the same number on every host"
+            )
+        node_rank = int(env["OMPI_COMM_WORLD_RANK"]) // per_host  # mpirun fills each host's slots in host order
+    if timeout_s <= 0:
+        raise UserError(f"dist_timeout={timeout_s} must be a positive number of seconds, e.g. 600")
+    out = _rank_env(env, mode, names, node_rank, per_host)
+    out.update(network_env(env, interfaces, workers))
+    base = env.get("SAGEMAKER_BASE_DIR", "/opt/ml")  # the toolkit's root, movable for tests
+    if "SM_OUTPUT_DATA_DIR" in env:  # what a plain script writes under its default root lands in output.tar.gz
+        out["PL_TRAINER_DEFAULT_ROOT_DIR"] = env["SM_OUTPUT_DATA_DIR"]
+    return Plan(
+        launcher=mode,
+        hosts=tuple(names),
+        node_rank=node_rank,
+        processes_per_host=per_host,
+        master_addr=out.get("MASTER_ADDR") or env.get("MASTER_ADDR") or names[0],
+        master_port=out.get("MASTER_PORT") or env.get("MASTER_PORT") or DEFAULT_MASTER_PORT,
+        backend="smddp" if smddp_enabled(env) else None,
+        timeout_s=timeout_s,
+        channels={name: env[f"SM_CHANNEL_{name.upper()}"] for name in json.loads(env.get("SM_CHANNELS") or "[]")},
+        data_channel=env.get("DATA_CHANNEL", DEFAULT_CHANNEL),
+        checkpoint_dir=os.path.join(base, "checkpoints"),
+        model_dir=env.get("SM_MODEL_DIR"),
+        output_data_dir=env.get("SM_OUTPUT_DATA_DIR"),
+        env=out,
+    )
+
+
+def check_world_size(plan: Plan, num_nodes: int, devices_per_node: int) -> None:
+    """Fail before any collective call when the trainer's world differs from the cluster it runs on."""
+    if not plan.on_sagemaker:
+        return
+    if num_nodes != len(plan.hosts):
+        raise UserError(
+            f"trainer.num_nodes={num_nodes} but the job has {len(plan.hosts)} hosts; "
+            "leave trainer.num_nodes unset on SageMaker"
+        )
+    if devices_per_node != plan.processes_per_host:
+        raise UserError(
+            f"trainer.devices={devices_per_node} but the launcher started {plan.processes_per_host} processes per "
+            "host; leave trainer.devices unset or set it to that number"
+        )

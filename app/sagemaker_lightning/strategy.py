@@ -1,0 +1,86 @@
+"""The trainer's distributed strategy: the launch plan's cluster, process-group backend and timeout, for every
+strategy Lightning knows by name (ddp and its variants, fsdp, deepspeed, ...) or a strategy object of the project's.
+
+Lightning would guess the cluster itself: with mpi4py installed it tries MPI in a process mpirun did not start, and
+without a timeout every collective waits torch's 30 minutes. The plan knows who started the processes.
+
+    python -c "from sagemaker_lightning import strategy; help(strategy.arguments)"
+"""
+
+import inspect
+from datetime import timedelta
+
+from sagemaker_lightning.failure import UserError
+from sagemaker_lightning.flavor import attribute
+from sagemaker_lightning.plan import Plan
+
+
+def cluster_environment(pl, plan: Plan):
+    """Lightning's cluster environment for the launcher: torchrun's variables, else MASTER_ADDR, NODE_RANK, ...
+    (the plan set them for the process launcher and mpirun). None off SageMaker: Lightning detects it."""
+    if not plan.on_sagemaker:
+        return None
+    name = "TorchElasticEnvironment" if plan.launcher == "torchrun" else "LightningEnvironment"
+    return attribute(pl, f"plugins.environments.{name}")()
+
+
+def backend(plan: Plan) -> str | None:
+    """The process-group backend: SMDDP's when the job enables it, else Lightning's choice (NCCL, gloo)."""
+    if plan.backend == "smddp":
+        try:
+            import smdistributed.dataparallel.torch.torch_smddp  # noqa: F401  registers the "smddp" backend
+        except ImportError as e:
+            raise UserError(
+                "the job enables SMDDP (smdistributed dataparallel) but this image has no smdistributed.dataparallel; "
+                "build FLAVOR=dlc-smddp or conda, or use pytorchddp"
+            ) from e
+    return plan.backend
+
+
+def arguments(pl, plan: Plan, trainer_config: dict, plugins: list) -> dict:
+    """Trainer arguments (`strategy`, `plugins`) that put the trainer on the plan's cluster, backend and timeout."""
+    cluster, chosen = cluster_environment(pl, plan), trainer_config.get("strategy", "auto")
+    wiring = {
+        "cluster_environment": cluster,
+        "process_group_backend": backend(plan),
+        "timeout": timedelta(seconds=plan.timeout_s),
+    }
+    if chosen == "auto" and plan.world_size > 1:
+        chosen = "ddp"  # what Lightning picks for several processes, here with the wiring
+    registry = attribute(pl, "strategies.StrategyRegistry")
+    if isinstance(chosen, str) and chosen in registry:
+        made, defaults = registry[chosen]["strategy"], registry[chosen]["init_params"]
+        accepted = inspect.signature(made.__init__).parameters
+        return {"strategy": made(**defaults, **{k: v for k, v in wiring.items() if k in accepted})}
+    if plan.backend:
+        raise UserError(f"SMDDP needs trainer.strategy=ddp, not {chosen!r}")
+    if not isinstance(chosen, str):  # a strategy object the configuration built: wired where it was left unset
+        if getattr(chosen, "cluster_environment", 1) is None:
+            chosen.cluster_environment = cluster
+        if hasattr(chosen, "_timeout") and chosen._timeout == attribute(pl, "strategies.ddp").default_pg_timeout:
+            chosen._timeout = wiring["timeout"]
+        return {}
+    return {"plugins": [*plugins, cluster]} if cluster else {}
+
+
+def torchrun_command(plan: Plan, env, python: str, argv: list[str]) -> list[str] | None:
+    """With LAUNCHER=torchrun in a one-process-per-host job: the command that runs the script under torchrun, which
+    starts one process per device with c10d rendezvous on the first host (ranks by join order). None otherwise."""
+    chosen = env.get("LAUNCHER", "lightning")
+    if chosen not in ("lightning", "torchrun"):
+        raise UserError(f"LAUNCHER={chosen!r} is not one of lightning, torchrun; unset it or pick one of those")
+    if chosen == "lightning" or plan.launcher != "process":
+        return None
+    return [
+        python,
+        "-m",
+        "torch.distributed.run",
+        f"--nnodes={len(plan.hosts)}",
+        f"--nproc_per_node={plan.processes_per_host}",
+        "--rdzv_backend=c10d",
+        f"--rdzv_endpoint={plan.master_addr}:{plan.master_port}",
+        f"--rdzv_id={env.get('TRAINING_JOB_NAME') or 'sagemaker-lightning'}",
+        "--max_restarts=0",
+        f"--rdzv_conf=join_timeout={plan.timeout_s}",
+        *argv,
+    ]

@@ -1,0 +1,39 @@
+"""The user project's model: a small network that tells which of three clusters a 2-D point belongs to. It uses a
+package that the project's requirements.txt installs from a wheel in its own source directory.
+
+    python -c "import classifier; print(classifier.Classifier())"
+"""
+
+import lightning.pytorch as L
+import tinyhelper  # installed from wheels/ by requirements.txt: the job's own dependency
+import torch
+from torch import nn
+
+
+class Classifier(L.LightningModule):
+    def __init__(self, hidden: int = 16, lr: float = 0.1):
+        """
+        Args:
+            hidden: units of the hidden layer.
+            lr: learning rate of SGD.
+        """
+        super().__init__()
+        self.save_hyperparameters()
+        self.net = nn.Sequential(nn.Linear(2, hidden), nn.Tanh(), nn.Linear(hidden, 3))
+
+    def forward(self, x):
+        return self.net(x)
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        loss = nn.functional.cross_entropy(self(x), y)
+        self.log("train/loss", loss)
+        return loss
+
+    def validation_step(self, batch, batch_idx):
+        x, y = batch
+        accuracy = (self(x).argmax(1) == y).float().mean()
+        self.log("val/acc", accuracy, sync_dist=True)
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=tinyhelper.scaled(self.hparams.lr))
