@@ -34,7 +34,7 @@ install: .venv/.installed .venv-sdk3/.installed  ## Make .venv (SDK 2.x, tests, 
 	python3 -m venv $(@D)
 	$(@D)/bin/pip install -q pip==26.0.1
 	$(@D)/bin/pip install -q --group $(if $(findstring sdk3,$@),sdk3,dev)
-	$(if $(findstring sdk3,$@),,$(@D)/bin/pip install -q --no-deps -e .)
+	$(@D)/bin/pip install -q --no-deps -e .
 	touch $@
 
 lint: install  ## ruff: lint and formatting check (settings in pyproject.toml)

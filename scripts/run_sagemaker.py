@@ -19,6 +19,8 @@ import os
 import sys
 import time
 
+from sagemaker_lightning.hyperparameters import typed
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 # Local mode needs no AWS account: a region, a dummy role, and no telemetry calls (they fail offline)
 os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
@@ -86,6 +88,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--output", required=True, help="where each job's folder goes: a directory, file://... or s3://...")
     p.add_argument("--role", default=None, help="SageMaker execution role ARN (needed in the cloud)")
     p.add_argument("--job-name", default="lightning", help="job name prefix; a timestamp is appended")
+    p.add_argument(
+        "--source-dir",
+        default=None,
+        help="your project's directory, shipped with the job (default: the image's example)",
+    )
+    p.add_argument("--entry-point", default="train.py", help="with --source-dir: the script in it that trains")
     p.add_argument(
         "--sdk", choices=["v2", "v3"], default=None, help="SageMaker SDK API (default: the installed major version)"
     )
@@ -175,6 +183,7 @@ class Job:
     tags: dict[str, str]
     subnets: list[str] | None  # VPC
     security_groups: list[str] | None
+    source_dir: str | None  # the user's code, else the image's example
 
     @property
     def local(self) -> bool:
@@ -218,6 +227,11 @@ def make_job(args: argparse.Namespace) -> Job:
             )
     if args.tensorboard:
         hps.setdefault("logger.save_dir", args.tensorboard)
+    source_dir = None
+    if args.source_dir:
+        source_dir = os.path.abspath(args.source_dir)
+        if not os.path.isfile(os.path.join(source_dir, args.entry_point)):
+            raise SystemExit(f"error: --entry-point {args.entry_point} is not a file of --source-dir {args.source_dir}")
     hps.update(framework_hyperparameters(args.distribution, args.instance_type, args.processes_per_host))
     env = {"DATA_CHANNEL": args.channel, **({"LAUNCHER": "torchrun"} if args.launcher == "torchrun" else {})}
     env.update(key_values(args.env, "NCCL_DEBUG=INFO"))
@@ -235,7 +249,37 @@ def make_job(args: argparse.Namespace) -> Job:
         key_values(args.tag, "project=cifar10"),
         args.subnets.split(",") if args.subnets else None,
         args.security_groups.split(",") if args.security_groups else None,
+        source_dir,
     )
+
+
+def nested(hyperparameters: dict[str, str]) -> dict:
+    """Dotted settings as nested groups, the form SDK 3.x's driver accepts: it exports each top-level key as a shell
+    variable, and a dot stops it ("not a valid identifier") before any code runs. A value and settings under the
+    same key are a class and its arguments: data=X data.batch_size=32 → {"data": {"class_path": "X", "init_args":
+    {"batch_size": 32}}}. Values are typed as the runtime types them (JSON, else a Python literal, else a string)."""
+    tree: dict = {}
+    for key, value in hyperparameters.items():
+        *groups, last = key.replace(".init_args.", ".").split(".")  # data.init_args.x is data.x to jsonargparse
+        node = tree
+        for group in groups:
+            node = _settings_of(node, group)
+        value, current = typed(value), node.get(last)
+        if isinstance(current, dict) and isinstance(value, dict):
+            node[last] = {**value, **current}
+        elif isinstance(current, dict):  # its settings came first: `value` is their class
+            node[last] = {"class_path": value, "init_args": current.get("init_args", current)}
+        else:
+            node[last] = value
+    return tree
+
+
+def _settings_of(node: dict, key: str) -> dict:
+    """The dict where settings under node[key] go: node[key] itself, or its init_args when it names a class."""
+    current = node.get(key)
+    if current is None or not isinstance(current, dict):
+        node[key] = {} if current is None else {"class_path": current, "init_args": {}}
+    return node[key].setdefault("init_args", {}) if "class_path" in node[key] else node[key]
 
 
 def intercept_create_training_job(boto_session) -> None:
@@ -292,7 +336,9 @@ def run_v2(job: Job) -> str | None:
             disable_profiler=True,
             debugger_hook_config=False,
         )  # SageMaker Debugger: not for this image
+    code = dict(entry_point=args.entry_point, source_dir=job.source_dir) if job.source_dir else {}
     estimator = Estimator(
+        **code,
         image_uri=args.image,
         role=args.role or LOCAL_ROLE,
         instance_count=args.instance_count,
@@ -323,6 +369,8 @@ def run_v3(job: Job) -> str | None:
         Tag,
     )
     from sagemaker.train import ModelTrainer
+    from sagemaker.train.configs import SourceCode
+    from sagemaker.train.distributed import Torchrun
     from sagemaker.train.model_trainer import Mode
 
     args = job.args
@@ -364,11 +412,24 @@ def run_v3(job: Job) -> str | None:
             ),
             tags=[Tag(key=k, value=v) for k, v in job.tags.items()] or None,
         )
+    hyperparameters = job.hyperparameters
+    if job.source_dir:  # SDK 3.x's own driver runs the code (sm_train.sh): nested settings, its distributions
+        hyperparameters = nested({k: v for k, v in hyperparameters.items() if not k.startswith("sagemaker_")})
+        requirements = "requirements.txt" if os.path.isfile(os.path.join(job.source_dir, "requirements.txt")) else None
+        settings["source_code"] = SourceCode(
+            source_dir=job.source_dir, entry_script=args.entry_point, requirements=requirements
+        )
+        if args.distribution == "torch_distributed":
+            settings["distributed"] = Torchrun(process_count_per_node=args.processes_per_host)
+        elif args.distribution != "none":
+            raise SystemExit(
+                f"error: SDK 3.x runs --source-dir code with --distribution none or torch_distributed, not {args.distribution}"
+            )
     trainer = ModelTrainer(
         training_image=args.image,
         role=args.role or LOCAL_ROLE,
         base_job_name=job.name,
-        hyperparameters=job.hyperparameters,
+        hyperparameters=hyperparameters,
         environment=job.environment,
         **settings,
     )

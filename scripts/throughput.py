@@ -26,6 +26,7 @@ import torch  # noqa: E402
 import torchvision  # noqa: E402
 
 import train  # noqa: E402 (the example's)
+from sagemaker_lightning.checkpoints import LastCheckpoint  # noqa: E402
 
 
 class Meter(pl.Callback):
@@ -120,6 +121,9 @@ def measure(train_args: list[str], warmup: int, steps: int, started: float, mode
         + ["--checkpoint.save_top_k", "0", "--checkpoint.save_last", "false"],
         run=False,
     )
+    # nor last.ckpt (every N steps and at each epoch end): the default path would save at its epoch ends, model_only
+    # (one long epoch) would not, and each save costs what the disk makes it cost
+    cli.trainer.callbacks = [c for c in cli.trainer.callbacks if not isinstance(c, LastCheckpoint)]
     meter = Meter(warmup, steps, started)
     cli.trainer.callbacks.append(meter)
     data = cli.datamodule

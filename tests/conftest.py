@@ -1,4 +1,5 @@
-"""Fixtures shared by every tier: generated CIFAR-10-format data and the repository's paths."""
+"""Fixtures shared by every tier: generated CIFAR-10-format data, the user project, local servers (moto: a local AWS
+API server whose clients find it through AWS_ENDPOINT_URL; every test starts from an empty server)."""
 
 import base64
 import hashlib
@@ -7,6 +8,7 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -118,3 +120,35 @@ def points_dir(tmp_path_factory) -> str:
     points = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(points)
     return points.write_points(str(tmp_path_factory.mktemp("points")))
+
+
+@pytest.fixture(scope="session")
+def moto_endpoint(free_port, wait_until_up):
+    """moto in server mode on a free port: S3, ECR, SageMaker; boto3, s3fs and both SDKs reach it."""
+    url = f"http://127.0.0.1:{free_port()}"
+    server = subprocess.Popen(
+        [sys.executable, "-m", "moto.server", "-p", url.rsplit(":", 1)[1]],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    wait_until_up(server, f"{url}/moto-api/", timeout_s=60)
+    yield url
+    server.terminate()
+    server.wait()
+
+
+@pytest.fixture
+def aws(moto_endpoint, monkeypatch) -> dict[str, str]:
+    """The environment (also set in this process) that points AWS clients at a fresh moto server."""
+    urllib.request.urlopen(urllib.request.Request(f"{moto_endpoint}/moto-api/reset", method="POST"))
+    env = {
+        "AWS_ENDPOINT_URL": moto_endpoint,
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    for key in ("AWS_PROFILE", "AWS_SESSION_TOKEN"):
+        monkeypatch.delenv(key, raising=False)
+    return env

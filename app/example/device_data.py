@@ -15,10 +15,10 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from data import MEAN, PAD, SIZE, STD, CIFAR10Base, CIFAR10Files
 from torch.nn import functional as F
 from torch.utils.data import DistributedSampler
 
+from data import MEAN, PAD, SIZE, STD, CIFAR10Base, CIFAR10Files
 from sagemaker_lightning import UserError
 from sagemaker_lightning.resumable import ResumableEpoch
 

@@ -12,7 +12,6 @@ import os
 from data import CIFAR10Base
 from device_data import DeviceCIFAR10DataModule  # noqa: F401 (imported, so that --data finds it by its short name)
 from model import ImageClassifier
-
 from sagemaker_lightning import LightningCLI
 
 TRAINER_YAML = os.path.join(os.path.dirname(os.path.abspath(__file__)), "trainer.yaml")

@@ -25,6 +25,7 @@ import functools
 import os
 import socket
 import sys
+import tempfile
 import traceback
 from collections.abc import Mapping
 
@@ -67,9 +68,11 @@ class LightningCLI:
         self._stage = "configure"
         try:
             super().__init__(*args, **kwargs)
-        except SystemExit:
-            raise  # --help, --print_config
         except BaseException as e:
+            if isinstance(e, SystemExit) and not isinstance(
+                e, flavor.attribute(self.pl, "utilities.exceptions.SIGTERMException")
+            ):
+                raise  # --help, --print_config
             raise SystemExit(self.fail(e)) from None
         if self.plan.on_sagemaker:  # run=False: what the project's own code raises later gets the same treatment
             sys.excepthook = lambda kind, e, tb: sys.exit(self.fail(e, tb))
@@ -189,18 +192,20 @@ class LightningCLI:
             if _global_rank_zero(self.plan, os.environ):
                 say(self.plan.line())
             signals.register(os.getpid())  # the image's entrypoint passes SIGTERM on to this process
+        config = self._subconfig()
+        check_writable({k: config.get(k) for k in ("model_dir", "checkpoint.dirpath", "logger.save_dir")})
         super().instantiate_classes()
         self._stage = "train"
 
     def instantiate_trainer(self, **kwargs):
         config = self._subconfig()
         model_checkpoint = self._get(self.config_init, "checkpoint")
-        every_n_steps = config["last_checkpoint_every_n_steps"] or 0
+        unprotected = None if not self.plan.on_sagemaker or signals.forwarded() else signals.why_unreached()
         made = functools.partial(flavor.made, pl=self.pl)
         callbacks = [
             made(RankReport)(),
             made(LogLines)(),
-            made(checkpoints.LastCheckpoint)(every_n_steps, model_checkpoint),
+            made(checkpoints.LastCheckpoint)(config["last_checkpoint_every_n_steps"], model_checkpoint, unprotected),
             made(Export)(config["model_dir"], self._config_yaml),
         ]
         if config["scale_lr_by_world_size"]:
@@ -257,6 +262,20 @@ def _global_rank_zero(plan: Plan, env: Mapping[str, str]) -> bool:
     if plan.launcher == "process":
         return plan.node_rank == 0 and "LOCAL_RANK" not in env
     return env.get("RANK") == "0"
+
+
+def check_writable(paths: Mapping[str, str | None]) -> None:
+    """Fail at the start, not after hours of training, when an output directory cannot be written."""
+    for key, path in paths.items():
+        if not path or "://" in path:
+            continue
+        try:
+            os.makedirs(path, exist_ok=True)
+            tempfile.TemporaryFile(dir=path).close()
+        except OSError as e:
+            raise failure.UserError(
+                f"{key}={path} cannot be written ({e.strerror}); point it at a writable directory"
+            ) from e
 
 
 def _resolvable(host: str) -> None:

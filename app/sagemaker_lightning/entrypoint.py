@@ -138,7 +138,7 @@ def one_line_failure(code: int) -> None:
         text = f"exit code {code}"
     with open(RESOURCE_CONFIG) as f:
         host = json.load(f).get("current_host", "?")
-    if (line := failure.toolkit(text, host)) is not None:
+    if (line := failure.toolkit(text, host, CODE)) is not None:
         if os.path.exists(path):
             os.remove(path)
         failure.report(line, output_dir=OUTPUT)

@@ -169,40 +169,49 @@ KILLED = (
     "data.num_workers, or use an instance with more memory"
 )
 
-# (pattern in the toolkit's failure text or a launcher's summary, its line from the match); first match wins
-TOOLKIT: list[tuple[str, Callable[[re.Match, str], str]]] = [
+# (pattern in the toolkit's failure text or a launcher's summary, its line from the match and the code directory
+# (None: not this row)); first match wins
+TOOLKIT: list[tuple[str, Callable[[re.Match, str, str], str | None]]] = [
+    # the program is not in the job's source directory: python "can't open file", the toolkit's Command line
+    (
+        r"can't open file '[^']*?([^/']+)'|Command \"\S+ -- (\S+?)\"",
+        lambda m, host, code: (
+            None
+            if os.path.exists(os.path.join(code, m[1] or m[2]))
+            else f"the entry point {m[1] or m[2]!r} is not in the job's source directory; set entry_point (SDK 2.x) or entry_script (SDK 3.x) to a file of source_dir"
+        ),
+    ),
     # torchrun's summary: "rank: 1 (local_rank: 1) ... exitcode: -9 ... Signal 9 (SIGKILL) received by PID"
     (
         r"rank\s*:\s*(\d+) \(local_rank: (\d+)\)[\s\S]*?(?:exitcode\s*:\s*-9\b|Signal 9 \(SIGKILL\))",
-        lambda m, host: f"training process rank {m[1]} (local rank {m[2]}) on host {host} {KILLED}",
+        lambda m, host, code: f"training process rank {m[1]} (local rank {m[2]}) on host {host} {KILLED}",
     ),
     # mpirun: "mpirun noticed that process rank 1 with PID 123 on node algo-2 exited on signal 9 (Killed)."
     (
         r"process rank (\d+) with PID \d+ on node (\S+) exited on signal 9",
-        lambda m, host: f"training process rank {m[1]} on host {m[2]} {KILLED}",
+        lambda m, host, code: f"training process rank {m[1]} on host {m[2]} {KILLED}",
     ),
     # the Process runner: the program itself was killed (exit code 137 or -9)
     (
-        r"ExitCode\s*(?:137|-9)\b|exit code[: ]+(?:137|-9)\b|returned non-zero exit status -9",
-        lambda m, host: f"the training process on host {host} {KILLED}",
+        r"ExitCode\s*(?:137|-9)\b|exit code[: ]+(?:137|-9)\b",
+        lambda m, host, code: f"the training process on host {host} {KILLED}",
     ),
     (
         r"InstallRequirementsError|pip install -r requirements\.txt",
-        lambda m, host: (
+        lambda m, host, code: (
             f"installing the job's requirements.txt failed on host {host}: {_pip_reason(m.string)}; fix requirements.txt in the source directory (the log shows pip's output)"
         ),
     ),
+    # an exception the program did not turn into a line of its own: its last line
     (
-        r"can't open file '([^']+)'|No such file or directory: '(/opt/ml/code/[^']+)'",
-        lambda m, host: (
-            f"the entry point {os.path.basename(m[1] or m[2])!r} is not in the job's source directory; set entry_point (SDK 2.x) or entry_script (SDK 3.x) to a file of source_dir"
-        ),
-    ),
-    (
-        r"ExecuteUserScriptError|exit code|ExitCode",
-        lambda m, host: f"the training program on host {host} failed without a failure reason; its log shows why",
+        r"(?m)^(\w+(?:Error|Exception)): (.+)$",
+        lambda m, host, code: f"the training program on host {host} failed: {_last_exception(m.string)}",
     ),
 ]
+
+
+def _last_exception(text: str) -> str:
+    return re.findall(r"(?m)^(\w+(?:Error|Exception): .+)$", text)[-1]
 
 
 def _pip_reason(text: str) -> str:
@@ -211,13 +220,16 @@ def _pip_reason(text: str) -> str:
     return found[-1].strip() if found else "pip failed"
 
 
-def toolkit(text: str, host: str) -> str | None:
+def toolkit(text: str, host: str, code_dir: str) -> str | None:
     """The one line for what the toolkit (or a launcher under it) wrote when the training program failed; None for
-    text that is already one line of ours."""
+    text that is already one line of ours. `code_dir`: where the job's code is (/opt/ml/code)."""
     lines = [line for line in text.strip().splitlines() if line.strip()]
     if len(lines) == 1 and not re.search(r"ExecuteUserScriptError|InstallRequirementsError|Framework Error", text):
         return None
     for pattern, line in TOOLKIT:
-        if match := re.search(pattern, text):
-            return line(match, host)
-    return f"the job failed on host {host}: {lines[-1] if lines else 'no reason given'}"
+        for match in re.finditer(pattern, text):
+            if (found := line(match, host, code_dir)) is not None:
+                return found
+    return (
+        f"the training program on host {host} failed ({lines[-1] if lines else 'no reason given'}); its log shows why"
+    )

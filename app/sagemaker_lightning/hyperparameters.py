@@ -52,16 +52,18 @@ def argument(key: str, value: Any) -> str:
 
 
 def merge(argv: list[str], hyperparameters: Mapping[str, Any]) -> list[str]:
-    """argv with each `--key value` pair whose key is a hyperparameter replaced by its typed value; other words
-    (a subcommand, the user's own options) stay where they are."""
+    """argv with each `--key value` pair whose key is a hyperparameter replaced by its typed value, and SageMaker's
+    own parameters left out (SDK 3.x's driver passes every key); other words (a subcommand, the user's own options)
+    stay where they are."""
     out, skip = [], False
     for i, word in enumerate(argv):
         if skip:
             skip = False
             continue
         key = word[2:] if word.startswith("--") else None
-        if key in hyperparameters and i + 1 < len(argv):
-            out.append(argument(key, hyperparameters[key]))
+        if key is not None and i + 1 < len(argv) and (key in hyperparameters or key.startswith(FRAMEWORK_PREFIX)):
+            if key in hyperparameters:
+                out.append(argument(key, hyperparameters[key]))
             skip = True  # the launcher's rendering of the value
         else:
             out.append(word)

@@ -41,3 +41,13 @@ def pid1() -> str:
 def forwarded() -> bool:
     """Whether a SIGTERM sent to the container reaches this process: PID 1 is the image's entrypoint."""
     return ENTRYPOINT in pid1()
+
+
+def why_unreached() -> str:
+    """Why a SIGTERM sent to the container does not reach the training processes, in a few words."""
+    command = pid1()
+    if "sm_train.sh" in command:
+        return "PID 1 is SDK 3.x's driver sm_train.sh, which ignores it"
+    return (
+        f"PID 1 is {command[:60]!r}, not the image's entrypoint" if command else "PID 1 is not the image's entrypoint"
+    )

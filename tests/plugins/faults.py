@@ -1,9 +1,13 @@
-"""Faults for the tests, added to a job as `trainer.callbacks+=faults.KillRank` (this folder on PYTHONPATH)."""
+"""Faults for the tests, added to a job as `trainer.callbacks+=faults.KillRank` (this folder on PYTHONPATH). Made for
+whichever Lightning package the project under test imports (the example: pytorch_lightning; the user project:
+lightning.pytorch)."""
 
 import os
 import signal
 
-import pytorch_lightning as pl
+from sagemaker_lightning.flavor import package
+
+pl = package()
 
 
 class KillRank(pl.Callback):

@@ -95,6 +95,9 @@ def run_hosts(tmp_path, free_port):
         for i, current in enumerate(current_hosts or hosts):
             base = str(tmp_path / f"job{job}" / f"host{i}")
             make_opt_ml(base, hosts, current, hyperparameters, channels, code)
+            # a job's requirements.txt installs into the host's own folder, as into its container: not this venv
+            site = os.path.join(base, "site-packages")
+            paths = [site, (env or {}).get("PYTHONPATH"), os.environ.get("PYTHONPATH")]
             proc_env = {
                 **os.environ,
                 "SAGEMAKER_BASE_DIR": base,
@@ -102,6 +105,8 @@ def run_hosts(tmp_path, free_port):
                 "SAGEMAKER_LIGHTNING_RUN_DIR": os.path.join(base, "run"),
                 "MASTER_PORT": port,
                 **(env or {}),
+                "PIP_TARGET": site,
+                "PYTHONPATH": os.pathsep.join(filter(None, paths)),
             }
             popen = subprocess.Popen(
                 ENTRYPOINT, env=proc_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True

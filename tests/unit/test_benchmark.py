@@ -49,3 +49,19 @@ def test_last_line_parses_and_the_fastest_runs_count(capsys):
     default_row = next(line for line in lines if line.startswith("default "))
     assert " 6.0 " in default_row  # the fastest start-up of the runs
     assert any(line.startswith("versions: python ") and "torch " in line for line in lines)
+
+
+def test_measured_steps_write_no_checkpoint(archive_dir, tmp_path):
+    """The timed steps are training steps alone: last.ckpt every N steps and at epoch ends would add its saves to
+    the default path only (model_only trains one long epoch), and make the figures depend on the disk."""
+    result = throughput.measure(
+        ["--data.data_dir", archive_dir, "--trainer.accelerator", "cpu", "--trainer.precision", "32-true"]
+        + ["--data.batch_size", "32", "--data.val_split", "96", "--model.arch", "mobilenet_v3_small"]
+        + ["--trainer.strategy", "auto", "--logger.save_dir", str(tmp_path)],
+        warmup=1,
+        steps=2,  # 64 training images: an epoch ends at step 2, inside the timed steps
+        started=0.0,
+        model_only=False,
+    )
+    assert result["images_per_s"] > 0
+    assert not list(tmp_path.rglob("*.ckpt"))

@@ -9,6 +9,8 @@ import numpy as np
 import pytest
 import pytorch_lightning
 import torch
+from pytorch_lightning.demos.boring_classes import BoringModel
+from torch.utils.data import DataLoader, TensorDataset
 
 from sagemaker_lightning import checkpoints
 from sagemaker_lightning.flavor import made
@@ -36,3 +38,68 @@ def test_a_save_that_fails_midway_leaves_the_last_good_file(tmp_path):
     with pytest.raises((AttributeError, pickle.PicklingError)):  # a local lambda cannot be pickled
         io.save_checkpoint({"global_step": 2, "unpicklable": lambda: None}, path)  # fails while writing
     assert torch.load(path, weights_only=True) == {"global_step": 1} and os.listdir(tmp_path) == ["last.ckpt"]
+
+
+@pytest.mark.parametrize("seconds, steps", [(0.5, 120), (2.0, 30), (61.0, 1), (1e-6, 60_000_000)])
+def test_the_interval_is_about_a_minute_of_steps(seconds, steps):
+    assert checkpoints.interval_steps(seconds) == steps
+
+
+def test_where_no_sigterm_arrives_last_ckpt_comes_by_measured_steps(tmp_path, capsys):
+    """every_n_steps=None without SIGTERM: after the measured steps, an interval of about a minute of training
+    (here, tiny steps: many), the same on every rank, and rank 0 names the bound."""
+    model_checkpoint = pytorch_lightning.callbacks.ModelCheckpoint(dirpath=str(tmp_path))
+    last = made(checkpoints.LastCheckpoint, pytorch_lightning)(None, model_checkpoint, "PID 1 is bash")
+    trainer = pytorch_lightning.Trainer(
+        max_steps=6,
+        callbacks=[model_checkpoint, last],
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
+    trainer.fit(BoringModel())
+    assert last.every_n_steps > 6  # a minute of these steps is many more than 6
+    out = capsys.readouterr().out
+    assert "no SIGTERM reaches the training processes (PID 1 is bash)" in out
+    assert f"last.ckpt every {last.every_n_steps} steps (about 60 s of training) bounds it" in out
+
+
+class Improving(pytorch_lightning.LightningModule):
+    """A model whose validation accuracy rises at every validation: each one replaces the best checkpoint."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.zeros(1))
+
+    def training_step(self, batch, batch_idx):
+        return (self.w * batch[0]).sum()
+
+    def validation_step(self, batch, batch_idx):
+        self.log("val/acc", float(self.global_step))
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+def test_last_checkpoint_saved_before_a_validation_names_the_best_after_it(tmp_path):
+    """last.ckpt at step 4, then the validation at step 4 replaces the best of step 2 (deleted): a run resumed from
+    last.ckpt must not name the deleted file, or its export fails at the end (seen on a GPU, issue 13)."""
+    data = DataLoader(TensorDataset(torch.ones(8, 1)), batch_size=1)
+    best = pytorch_lightning.callbacks.ModelCheckpoint(dirpath=tmp_path, monitor="val/acc", mode="max", save_top_k=1)
+    last = made(checkpoints.LastCheckpoint, pytorch_lightning)(2, best)
+    trainer = pytorch_lightning.Trainer(
+        max_steps=4,
+        val_check_interval=2,
+        limit_val_batches=1,
+        callbacks=[last, best],  # LastCheckpoint before the ModelCheckpoint, as in the CLI's list
+        accelerator="cpu",
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+    )
+    trainer.fit(Improving(), data, data)
+    saved = torch.load(tmp_path / "last.ckpt", weights_only=False)
+    (state,) = (v for k, v in saved["callbacks"].items() if k.startswith("ModelCheckpoint"))
+    assert os.path.basename(state["best_model_path"]) == "epoch=0-step=4.ckpt"
+    assert os.path.isfile(state["best_model_path"])

@@ -5,7 +5,9 @@ the runtime's typed hyperparameters.json."""
 import json
 
 import pytest
+import pytorch_lightning as pl
 import torch
+from pytorch_lightning.strategies import DDPStrategy
 from sagemaker.utils import to_string
 from sagemaker_training import environment, mapping
 
@@ -125,3 +127,23 @@ def test_bad_hyperparameters_fail_in_one_line(as_sagemaker, archive_dir, tmp_pat
     assert len(err_lines) == 1 and message in err_lines[0]
     failure = (tmp_path / "failure").read_text()
     assert failure.count("\n") == 1 and message in failure
+
+
+def test_one_process_trains_unwrapped_by_ddp(archive_dir, tmp_path):
+    """strategy ddp with one process: DDP's timeout and cluster settings, but no DistributedDataParallel wrapper (with
+    no other rank it only adds bucket copies, buffer broadcasts and all-reduces to every step: issue 13)."""
+    seen = []
+
+    class Look(pl.Callback):
+        def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+            seen.append(trainer.strategy.model)
+
+    cli = build(
+        ["--data.data_dir", archive_dir, "--trainer.accelerator", "cpu", "--trainer.devices", "1"]
+        + ["--trainer.max_steps", "1", "--trainer.limit_val_batches", "0", "--data.batch_size", "16"]
+        + ["--trainer.precision", "32-true", "--model.arch", "mobilenet_v3_small", "--logger.save_dir", str(tmp_path)]
+    )
+    cli.trainer.callbacks.append(Look())
+    assert isinstance(cli.trainer.strategy, DDPStrategy) and cli.trainer.strategy._timeout.total_seconds() == 600
+    cli.trainer.fit(cli.model, cli.datamodule)
+    assert seen == [cli.model]

@@ -126,7 +126,7 @@ def test_typed_values(sent, value):
 
 
 def test_merge_replaces_only_the_launcher_s_rendering():
-    argv = ["fit", "--trainer.max_epochs", "3", "--mine", "x", "--data", "k=v,k2=v2"]
+    argv = ["fit", "--trainer.max_epochs", "3", "--mine", "x", "--data", "k=v,k2=v2", "--sagemaker_program", "t.py"]
     typed = {"trainer.max_epochs": 3, "data": {"k": "v", "k2": "v2"}}
     assert hyperparameters.merge(argv, typed) == [
         "fit",

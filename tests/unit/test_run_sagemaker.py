@@ -106,3 +106,22 @@ def test_local_checkpoints_are_a_mounted_channel(tmp_path):
     local = job("--image", "i", "--input", "d", "--output", "o", "--checkpoints", str(tmp_path / "ck"))
     assert local.inputs["checkpoints"] == f"file://{tmp_path}/ck"
     assert local.hyperparameters["checkpoint.dirpath"] == run_sagemaker.LOCAL_CHECKPOINTS and local.checkpoints is None
+
+
+def test_dotted_settings_nest_for_sdk3_s_driver():
+    words = ["trainer.max_epochs=3", "data.batch_size=32", "data=CIFAR10DataModule", "optimizer=Adam", "optimizer.lr=0.1",
+             'trainer={"devices": 1}', "data.init_args.val_split=0.1", "model.arch=resnet18", "checkpoint.filename=a=b,c",
+             "trainer.enable_progress_bar=False", "trainer.max_time=None"]  # fmt: skip
+    assert run_sagemaker.nested(run_sagemaker.key_values(words, "")) == {
+        "trainer": {"devices": 1, "max_epochs": 3, "enable_progress_bar": False, "max_time": None},
+        "data": {"class_path": "CIFAR10DataModule", "init_args": {"batch_size": 32, "val_split": 0.1}},
+        "optimizer": {"class_path": "Adam", "init_args": {"lr": 0.1}},
+        "model": {"arch": "resnet18"},
+        "checkpoint": {"filename": "a=b,c"},
+    }
+
+
+def test_an_entry_point_outside_the_source_dir_is_one_line(tmp_path):
+    args = run_sagemaker.parse_args(["--image", "x", "--input", ".", "--output", ".", "--source-dir", str(tmp_path)])
+    with pytest.raises(SystemExit, match=f"--entry-point train.py is not a file of --source-dir {tmp_path}"):
+        run_sagemaker.make_job(args)
