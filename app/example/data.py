@@ -108,7 +108,7 @@ class CIFAR10Base(pl.LightningDataModule):
         else:
             raise UserError(
                 f"no CIFAR-10 data in {os.path.abspath(self.data_dir)}: expected {FOLDER}/ or {ARCHIVE}; "
-                "give the job a 'training' input with the data, or pass --data.download true where there is internet"
+                "give the job's data channel the data, or pass --data.download true where there is internet"
             )
 
     def _extract(self) -> None:

@@ -5,21 +5,20 @@ job unchanged: MASTER_ADDR, NODE_RANK, WORLD_SIZE, and Lightning's PL_TRAINER_NU
 PL_TRAINER_DEFAULT_ROOT_DIR (what it writes under its default root lands in output.tar.gz). Variables already set
 stay; the runtime's LightningCLI sets its own from the resolved configuration. Off SageMaker it does nothing.
 
-    SM_HOSTS='["algo-1","algo-2"]' SM_CURRENT_HOST=algo-2 python -c "import os; print(os.environ['NODE_RANK'])"
+    python -c "import os; print(os.environ.get('NODE_RANK'))"   # on the second host of a job: 1
 """
 
 import os
+import socket
+
+from sagemaker_lightning import plan as launch_plan
 
 
 def apply(env=os.environ) -> None:
-    if "SM_HOSTS" not in env:
+    if launch_plan.launcher(env) == "none":
         return
     try:
-        import socket
-
-        from sagemaker_lightning.plan import make_plan
-
-        plan = make_plan(env, {name for _, name in socket.if_nameindex()})
+        plan = launch_plan.make_plan(env, {name for _, name in socket.if_nameindex()})
     except Exception:  # a bad environment: the runtime's CLI names it; a Python start never fails here
         return
     for key, value in plan.env.items():

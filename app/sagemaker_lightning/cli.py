@@ -283,7 +283,7 @@ def _resolvable(host: str) -> None:
         socket.gethostbyname(host)
     except OSError as e:
         raise failure.UserError(
-            f"cannot resolve the first host {host!r} ({e}); check SM_HOSTS and the job's network"
+            f"cannot resolve the first host {host!r} ({e}); check the job's hosts and its network"
         ) from e
 
 

@@ -154,6 +154,10 @@ def main() -> int:
             prepare_job(env)
         except failure.UserError as e:
             return failure.report(str(e), output_dir=OUTPUT)
+        except (OSError, ValueError, KeyError) as e:  # SageMaker's own files unreadable: say which, in one line
+            return failure.report(
+                f"the image's entrypoint cannot prepare the job: {type(e).__name__}: {e}", output_dir=OUTPUT
+            )
     child = subprocess.Popen(command, env=env, start_new_session=os.getpid() != 1)
     deadline, stopped_by = None, None
 

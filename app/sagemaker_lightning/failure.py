@@ -46,17 +46,21 @@ def report(message: str, env: Mapping[str, str] = os.environ, output_dir: str | 
 def argument_problem(message: str) -> str:
     """jsonargparse's nested errors boiled down to `key=value is not valid (expected type)` or `key.option is not
     accepted by class`."""
-    keys = re.findall(r'Parser key "([^"]+)"', message)
+    keys = ""  # the nested keys as one dotted key: a group's error names the group, then its full key or the rest
+    for key in re.findall(r'Parser key "([^"]+)"', message):
+        keys = key if not keys or key.startswith(keys + ".") else f"{keys}.{key}"
     option = re.search(r"class_path '([\w.]+)':\s*Option '(\w+)' is not accepted", message)
     if keys and option:  # e.g. --data.num_workers, an option of CIFAR10DataModule, given to DeviceCIFAR10DataModule
-        return f"{'.'.join(keys)}.{option.group(2)} is not accepted by {option.group(1)}"
+        return f"{keys}.{option.group(2)} is not accepted by {option.group(1)}"
+    if unknown := re.search(r"(Group|Subcommand) '([\w.]+)' does not accept option '([\w.]+)'", message):
+        return f"{unknown[2] + '.' if unknown[1] == 'Group' else ''}{unknown[3]} is not an option"
     value = re.search(r"(?:Got|Given) value: (.*?)(?: - |$)", message, re.M)
     if not keys or not value:
         return message.splitlines()[0]  # e.g. "Unrecognized arguments: --trainer.max_epochz 1" says it already
     expected = [
         t.rsplit(".", 1)[-1] for t in re.findall(r"Expected an? <class '([\w.]+)'>", message) if t != "NoneType"
     ]
-    return f"{'.'.join(keys)}={value.group(1)} is not valid" + (f" (expected {expected[0]})" if expected else "")
+    return f"{keys}={value.group(1)} is not valid" + (f" (expected {expected[0]})" if expected else "")
 
 
 def peer_failure(plan, message: str, resolve: Callable[[str], str]) -> str | None:

@@ -37,9 +37,9 @@ def containers(image: str) -> list[str]:
     ).stdout.split()
 
 
-def start_job(image, data_dir, output, *words) -> subprocess.Popen:
+def start_job(image, data_dir, output, *words, sdk: str = "v2") -> subprocess.Popen:
     cmd = [
-        sys.executable,
+        sys.executable if sdk == "v2" else os.path.join(ROOT, ".venv-sdk3", "bin", "python"),
         os.path.join(ROOT, "scripts", "run_sagemaker.py"),
         "--image",
         image,
@@ -247,3 +247,32 @@ def test_the_image_holds_no_credentials(image, build_marker):
     config = subprocess.run(["docker", "inspect", image], capture_output=True, text=True).stdout
     assert build_marker not in history + config and "BEGIN CERTIFICATE" not in history + config
     assert not re.search(r"AWS_(SECRET_ACCESS_KEY|ACCESS_KEY_ID|SESSION_TOKEN)", config)
+
+
+def test_an_sdk3_source_code_job_stopped_as_spot_stops_it_resumes_exactly(image, user_project, points_dir, tmp_path):
+    """SDK 3.x's driver (SourceCode) is PID 1 and ignores SIGTERM: `docker stop` of both hosts mid-epoch kills the
+    trainers after the grace period. The log named what bounds the loss (last.ckpt every 4 steps); the same job
+    again resumes from that checkpoint and ends at the planned step with the weights of an uninterrupted run."""
+    settings = ["--source-dir", user_project, "--instance-count", "2", "trainer.max_epochs=2", "data.batch_size=16",
+                "model.step_seconds=0.5", "last_checkpoint_every_n_steps=4", "trainer.enable_progress_bar=False"]  # fmt: skip
+    uninterrupted = start_job(image, points_dir, tmp_path / "a", *settings, sdk="v3")
+    whole = finish(uninterrupted, [])
+    assert uninterrupted.returncode == 0, whole[-5000:]
+    expected = final(whole)
+    assert expected[1] == 24  # 2 epochs of 12 steps (192 points a rank, batch 16)
+
+    ckpts = tmp_path / "ckpts"
+    first = start_job(image, points_dir, tmp_path / "b", "--checkpoints", str(ckpts), *settings, sdk="v3")
+    lines = read_until(first, r"saved last\.ckpt at epoch 0 step 4")
+    assert any("no SIGTERM reaches the training processes (PID 1 is SDK 3.x's driver" in line and
+               "last.ckpt every 4 steps bounds it" in line for line in lines), "".join(lines[-30:])  # fmt: skip
+    subprocess.run(["docker", "stop", "--time", "1", *containers(image)], check=True, capture_output=True)
+    finish(first, lines)
+    saved = torch.load(ckpts / "last.ckpt", map_location="cpu", weights_only=False)["global_step"]
+    assert 4 <= saved < 24
+
+    again = start_job(image, points_dir, tmp_path / "c", "--checkpoints", str(ckpts), *settings, sdk="v3")
+    output = finish(again, [])
+    assert again.returncode == 0, output[-5000:]
+    assert f"resuming at epoch {saved // 12} step {saved} from last.ckpt" in output
+    assert final(output) == expected

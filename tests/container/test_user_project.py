@@ -31,12 +31,22 @@ def weights(model_pt: bytes) -> dict[str, tuple]:
     return {k: tuple(v.shape) for k, v in torch.load(io.BytesIO(model_pt), weights_only=True).items()}
 
 
-@pytest.mark.parametrize("sdk", ["v2", "v3"])
-def test_one_line_project_on_two_hosts(local_job, user_project, points_dir, sdk):
-    """Dotted settings on both SDKs (run_sagemaker.py nests them for SDK 3.x's driver), a data module whose directory
-    argument is `root`, and the settings in force in config.yaml of model.tar.gz."""
-    settings = ["trainer.max_epochs=2", "model.hidden=8", "data.batch_size=16", "trainer.enable_progress_bar=False"]
-    code, output, runs = local_job(2, points_dir, "--source-dir", user_project, *settings, sdk=sdk)
+DOTTED = ["trainer.max_epochs=2", "model.hidden=8", "data.batch_size=16", "trainer.enable_progress_bar=False"]
+NESTED = ['trainer={"max_epochs": 2, "enable_progress_bar": false}', 'model={"hidden": 8}', 'data={"batch_size": 16}']
+RUNS = {  # name: (SDK, run_sagemaker.py options, settings)
+    "SDK 2.x, dotted": ("v2", [], DOTTED),
+    "SDK 2.x, nested": ("v2", [], NESTED),
+    "SDK 3.x, dotted (nested by run_sagemaker.py)": ("v3", [], DOTTED),
+    "SDK 3.x, Torchrun()": ("v3", ["--distribution", "torch_distributed"], NESTED),
+}
+
+
+@pytest.mark.parametrize("name", RUNS)
+def test_one_line_project_on_two_hosts(local_job, user_project, points_dir, name):
+    """The same settings, dotted or nested, on both SDKs and with SDK 3.x's torchrun driver; a data module whose
+    directory argument is `root`; the settings in force in config.yaml of model.tar.gz."""
+    sdk, options, settings = RUNS[name]
+    code, output, runs = local_job(2, points_dir, "--source-dir", user_project, *options, *settings, sdk=sdk)
     assert code == 0, output[-5000:]
     found = re.findall(r"\|\s*rank (\d+)/(\d+) host (\S+): weights (\w+) at step (\d+)", output)
     assert sorted((int(r), int(w)) for r, w, _, _, _ in found) == [(0, 2), (1, 2)], output[-5000:]

@@ -116,6 +116,14 @@ def test_num_classes_is_linked_from_the_data_module(archive_dir):
         ({"optimizer": "NoSuchOptimizer"}, "optimizer=NoSuchOptimizer is not valid"),
         ({"trainer.accelerator": "gpu"}, "trainer.accelerator=gpu asks for a GPU but this instance has none"),
         ({"model.arch": "resnet1000"}, "model.arch='resnet1000' is not a torchvision classification model"),
+        # nested, as SDK 3.x's driver needs them: the same one line
+        ({"trainer": {"max_epochz": 1}}, "bad hyperparameter: trainer.max_epochz is not an option"),
+        ({"trainer": {"max_epochs": "x"}}, "bad hyperparameter: trainer.max_epochs=x is not valid (expected int)"),
+        (
+            {"data": {"init_args": {"batch_size": "abc"}}},
+            "bad hyperparameter: data.batch_size=abc is not valid (expected int)",
+        ),
+        ({"seed_everything": {"a": 1}}, "bad hyperparameter: seed_everything={'a': 1} is not valid"),  # not a group
     ],
 )
 def test_bad_hyperparameters_fail_in_one_line(as_sagemaker, archive_dir, tmp_path, capsys, monkeypatch, given, message):

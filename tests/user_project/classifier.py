@@ -4,6 +4,8 @@ package that the project's requirements.txt installs from a wheel in its own sou
     python -c "import classifier; print(classifier.Classifier())"
 """
 
+import time
+
 import lightning.pytorch as L
 import tinyhelper  # installed from wheels/ by requirements.txt: the job's own dependency
 import torch
@@ -11,11 +13,12 @@ from torch import nn
 
 
 class Classifier(L.LightningModule):
-    def __init__(self, hidden: int = 16, lr: float = 0.1):
+    def __init__(self, hidden: int = 16, lr: float = 0.1, step_seconds: float = 0.0):
         """
         Args:
             hidden: units of the hidden layer.
             lr: learning rate of SGD.
+            step_seconds: a pause in every training step (the tests stop a job while it trains).
         """
         super().__init__()
         self.save_hyperparameters()
@@ -25,6 +28,7 @@ class Classifier(L.LightningModule):
         return self.net(x)
 
     def training_step(self, batch, batch_idx):
+        time.sleep(self.hparams.step_seconds)
         x, y = batch
         loss = nn.functional.cross_entropy(self(x), y)
         self.log("train/loss", loss)
