@@ -16,7 +16,7 @@ def test_tensorboard_events_reach_s3_during_training(aws, archive_dir, tmp_path)
     boto3.client("s3").create_bucket(Bucket="tensorboard-logs")
     cmd = [
         sys.executable,
-        os.path.join(ROOT, "app", "train.py"),
+        os.path.join(ROOT, "app", "example", "train.py"),
         "--data.data_dir",
         archive_dir,
         "--logger.save_dir",
@@ -33,6 +33,8 @@ def test_tensorboard_events_reach_s3_during_training(aws, archive_dir, tmp_path)
         "1",
         "--trainer.accelerator",
         "cpu",
+        "--trainer.precision",
+        "32-true",
         "--data.batch_size",
         "16",
         "--trainer.callbacks+=tensorboard_check.EventsOnS3Already",
