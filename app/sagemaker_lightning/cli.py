@@ -177,13 +177,20 @@ class LightningCLI:
     # ---- 2. the launch plan, 3. the trainer ----------------------------------------------------------------------
 
     def instantiate_classes(self) -> None:
-        trainer = self._subconfig()["trainer"]
-        timeout = self._subconfig()["dist_timeout"]
-        self.plan = make_plan(os.environ, _interfaces(), trainer.accelerator, trainer.devices, timeout)
+        config = self._subconfig()
+        trainer = config["trainer"]
+        workers = next((config[k] for k in ("data.num_workers", "data.init_args.num_workers") if k in config), True)
+        self.plan = make_plan(
+            os.environ, _interfaces(), trainer.accelerator, trainer.devices, config["dist_timeout"], bool(workers)
+        )
         if self.plan.on_sagemaker:
             for key, value in self.plan.env.items():
-                os.environ.pop(key, None) if value is None else os.environ.__setitem__(key, value)
-            trainer.num_nodes = len(self.plan.hosts) if trainer.num_nodes == 1 else trainer.num_nodes
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = value
+            if trainer.num_nodes == 1:  # Lightning's default: the job's hosts (another number fails the world check)
+                trainer.num_nodes = len(self.plan.hosts)
             if trainer.devices in ("auto", -1, "-1", None):
                 trainer.devices = self.plan.processes_per_host
             if command := strategy.torchrun_command(self.plan, os.environ, sys.executable, sys.argv):
@@ -192,7 +199,6 @@ class LightningCLI:
             if _global_rank_zero(self.plan, os.environ):
                 say(self.plan.line())
             signals.register(os.getpid())  # the image's entrypoint passes SIGTERM on to this process
-        config = self._subconfig()
         check_writable({k: config.get(k) for k in ("model_dir", "checkpoint.dirpath", "logger.save_dir")})
         super().instantiate_classes()
         self._stage = "train"
