@@ -51,7 +51,7 @@ test: install  ## Run every test tier: unit, toolkit, cloud, container (REQUIRE_
 test-unit: install  ## The unit tier alone: pure functions and in-process objects, under a minute
 	.venv/bin/pytest -rs tests/unit
 
-bench: install  ## Training images/s: seed-tutorial baseline, default path, model alone (BENCH_ARGS="--repeat 3 ...")
+bench: install  ## Training images/s: baseline (the pipeline of Martin Krasser's part 1, README), default path, model alone (BENCH_ARGS="--repeat 3 ...")
 	$(PYTHON) scripts/benchmark.py $(BENCH_ARGS)
 
 bench-startup: install  ## Seconds from docker run to the first optimizer step in $(IMAGE):$(TAG), as SageMaker starts it

@@ -16,8 +16,10 @@ from data import CIFAR10DataModule
 from device_data import DeviceCIFAR10DataModule
 from sagemaker_lightning import hyperparameters
 
-# The seed tutorial's Estimator hyperparameters, unchanged
-SEED_TUTORIAL = {
+# The Estimator hyperparameters of Martin Krasser, "Using AWS SageMaker with minimal dependencies, part 1: Distributed
+# model training with PyTorch Lightning" (https://krasserm.github.io/2022/01/21/sagemaker-multi-node/): its run_sagemaker.py's with its
+# README's CPU settings, unchanged
+KRASSER_PART1 = {
     "data": "CIFAR10DataModule",
     "data.batch_size": 32,
     "optimizer": "Adam",
@@ -48,8 +50,8 @@ def build(argv):
     return train.main(argv, run=False)
 
 
-def test_seed_tutorial_hyperparameters_work_unchanged(as_sagemaker, archive_dir):
-    cli = build(as_sagemaker({**SEED_TUTORIAL, "data.data_dir": archive_dir}))
+def test_krasser_part1_hyperparameters_work_unchanged(as_sagemaker, archive_dir):
+    cli = build(as_sagemaker({**KRASSER_PART1, "data.data_dir": archive_dir}))
     assert isinstance(cli.datamodule, CIFAR10DataModule) and cli.datamodule.batch_size == 32
     optimizer = cli.model.configure_optimizers()
     optimizer = optimizer[0] if isinstance(optimizer, (list, tuple)) else optimizer
