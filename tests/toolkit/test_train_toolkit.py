@@ -49,15 +49,17 @@ def test_metric_definitions_match_the_lines_of_a_real_run(run_hosts, archive_dir
 
 def test_two_hosts_train_as_one_job(run_hosts, archive_dir, tiny):
     """Two toolkit processes as two SageMaker hosts on this machine: one DDP job of world size 2."""
-    first, second = run_hosts(
-        ["localhost", "127.0.0.1"], {**tiny, "scale_lr_by_world_size": "True"}, {"training": archive_dir}
-    )
+    # every training batch: each process takes 72 of the 144 training images, 4 steps of 16 (one process: 9)
+    hyperparameters = {**tiny, "scale_lr_by_world_size": "True", "trainer.limit_train_batches": "1.0"}
+    first, second = run_hosts(["localhost", "127.0.0.1"], hyperparameters, {"training": archive_dir})
     assert first.returncode == second.returncode == 0, first.output + second.output
     assert (
         "launch: process on localhost,127.0.0.1, this is localhost (node 0), 1 process(es) per host, world size 2"
         in first.output
     )
-    assert "learning rate × world size 2 (linear scaling): 0.1" in first.output  # trainer.yaml's 0.05 × 2
+    # the schedule spans the optimizer steps of this world size; the scaling multiplies its peak
+    assert "learning rate: 0.2 after a linear warm-up of 1 of 4 optimizer steps" in first.output
+    assert "learning rate × world size 2 (linear scaling): 0.2" in first.output  # trainer.yaml's 0.1 × 2
     assert "rank 0/2 host localhost: node_rank 0" in first.output
     assert "rank 1/2 host 127.0.0.1: node_rank 1" in second.output
     digests = {**ranks(first.output), **ranks(second.output)}

@@ -50,14 +50,17 @@ def build(argv):
     return train.main(argv, run=False)
 
 
-def test_krasser_part1_hyperparameters_work_unchanged(as_sagemaker, archive_dir):
-    cli = build(as_sagemaker({**KRASSER_PART1, "data.data_dir": archive_dir}))
+def test_krasser_part1_hyperparameters_work_unchanged(as_sagemaker, archive_dir, tmp_path):
+    cli = build(as_sagemaker({**KRASSER_PART1, "data.data_dir": archive_dir, "logger.save_dir": str(tmp_path)}))
     assert isinstance(cli.datamodule, CIFAR10DataModule) and cli.datamodule.batch_size == 32
-    optimizer = cli.model.configure_optimizers()
-    optimizer = optimizer[0] if isinstance(optimizer, (list, tuple)) else optimizer
-    assert isinstance(optimizer, torch.optim.Adam) and optimizer.defaults["lr"] == 1e-3
     assert cli.trainer.max_epochs == 1 and cli.trainer.num_devices == 1
     assert cli.trainer.logger.name == "tutorial"
+    cli.trainer.fit(cli.model, cli.datamodule)  # 144 training images: 4 steps of 32
+    (optimizer,), (schedule,) = cli.trainer.optimizers, cli.trainer.lr_scheduler_configs
+    assert isinstance(optimizer, torch.optim.Adam) and optimizer.defaults["lr"] == 1e-3
+    # trainer.yaml's schedule, over Adam's rate as the peak, stepped after each of the 4 optimizer steps
+    assert schedule.interval == "step" and schedule.scheduler.base_lrs == [1e-3]
+    assert schedule.scheduler.last_epoch == cli.trainer.global_step == 4
 
 
 def test_default_is_the_device_pipeline_and_the_dataloader_one_keeps_earlier_settings(archive_dir):
