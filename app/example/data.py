@@ -135,7 +135,12 @@ class CIFAR10Base(pl.LightningDataModule):
         except (tarfile.TarError, OSError, EOFError, zlib.error) as e:
             raise UserError(f"{archive} is not a readable tar.gz ({e}); upload the official {ARCHIVE}") from e
         os.makedirs(target, exist_ok=True)
-        os.replace(staging, os.path.join(target, FOLDER))  # atomic: other ranks see all files or none
+        try:
+            os.replace(staging, os.path.join(target, FOLDER))  # atomic: other ranks see all files or none
+        except OSError:
+            if not os.path.isdir(os.path.join(target, FOLDER)):
+                raise
+            shutil.rmtree(staging)  # another run on this machine unpacked the same archive first: theirs is whole
 
     def _dataset(self, train: bool, transform=None) -> CIFAR10Files:
         root = self._root()
