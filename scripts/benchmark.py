@@ -1,8 +1,10 @@
-"""Training throughput on this machine: the seed tutorial's pipeline, the project's default, and the model alone.
+"""Training throughput on this machine: Krasser's part-1 pipeline, the project's default, and the model alone.
 
 Each path trains ResNet-18 (CIFAR stem, app/example/trainer.yaml's model) in a fresh process (scripts/throughput.py), so
 each has its own start-up time and peak memory:
-  baseline    the seed tutorial: CIFAR10DataModule (PIL transforms in 1 DataLoader worker), fp32, batch 32, Adam
+  baseline    the pipeline of Martin Krasser's "Using AWS SageMaker with minimal dependencies, part 1"
+              (https://krasserm.github.io/2022/01/21/sagemaker-multi-node/): CIFAR10DataModule (PIL transforms in
+              1 DataLoader worker), fp32, batch 32, Adam
   default     app/example/trainer.yaml as it is, plus the train.py arguments after --
   model_only  the default's model, trainer, precision and batch size on one synthetic batch already on the device
 on generated CIFAR-10-format data (scripts/make_dataset.py), one device. The last line is machine-readable:
@@ -26,7 +28,8 @@ import make_dataset
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-# The seed tutorial's Estimator hyperparameters (README), less the CPU-only accelerator, plus its 1 worker and fp32
+# The Estimator hyperparameters of Krasser's part 1 (tests/unit/test_cli.py: KRASSER_PART1), less the CPU-only
+# accelerator, plus its 1 worker and fp32
 BASELINE = ["--data", "CIFAR10DataModule", "--data.batch_size", "32", "--data.num_workers", "1", "--optimizer", "Adam"]
 BASELINE += [
     "--optimizer.lr",

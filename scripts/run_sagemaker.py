@@ -11,11 +11,13 @@ installed one. Hyperparameters follow the options as key=value words; they reach
 """
 
 import argparse
+import contextlib
 import dataclasses
 import importlib.metadata
 import json
 import logging
 import os
+import re
 import sys
 import time
 
@@ -51,6 +53,35 @@ METRICS = {
     "validation:loss": r"val/loss=([0-9.]+)",
     "validation:accuracy": r"val/acc=([0-9.]+)",
 }
+
+
+class ValidationWatch:
+    """Standard output that also keeps each epoch's validation accuracy from the job's log as it passes, read from the
+    trainer's `epoch E step S: ... val/acc=A` lines (the runtime's RankReport) with the metric definition's regex,
+    as SageMaker reads it into CloudWatch. Both SDKs write a job's log through sys.stdout, in local mode and in the
+    cloud."""
+
+    LINE = re.compile(r"epoch (\d+) step \d+: .*?" + METRICS["validation:accuracy"])
+
+    def __init__(self, stream):
+        self.stream, self.accuracy, self._partial = stream, {}, ""
+
+    def write(self, text: str) -> int:
+        *lines, self._partial = (self._partial + text).split("\n")
+        for line in lines:
+            if match := self.LINE.search(line):
+                self.accuracy[int(match.group(1))] = float(match.group(2))
+        return self.stream.write(text)
+
+    def __getattr__(self, name):  # flush, isatty, encoding, ...: the stream's own
+        return getattr(self.stream, name)
+
+    def summary(self) -> str:
+        last, best = max(self.accuracy), max(self.accuracy, key=self.accuracy.get)
+        return (
+            f"final validation accuracy: {self.accuracy[last]:.4f} (epoch {last}; "
+            f"best {self.accuracy[best]:.4f} at epoch {best})"
+        )
 
 
 def uri(path: str) -> str:
@@ -460,11 +491,15 @@ def main(argv: list[str] | None = None) -> int:
     job = make_job(args)
     if job.local and "checkpoints" in job.inputs:
         os.makedirs(job.inputs["checkpoints"][len("file://") :], exist_ok=True)
-    model = (run_v2 if sdk == "v2" else run_v3)(job)
+    watch = ValidationWatch(sys.stdout)
+    with contextlib.redirect_stdout(watch):
+        model = (run_v2 if sdk == "v2" else run_v3)(job)
     if model:
         print(f"model.tar.gz: {model[len('file://') :] if model.startswith('file://') else model}")
     elif not args.dry_run:
         print(f"started {job.name}; model.tar.gz will be under {job.output}")
+    if watch.accuracy:  # the last line: what the job's model reached
+        print(watch.summary())
     return 0
 
 

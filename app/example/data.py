@@ -69,6 +69,11 @@ class CIFAR10Base(pl.LightningDataModule):
             seed: seed of the train/validation split (DeviceCIFAR10DataModule: also of its shuffling and crops).
         """
         super().__init__()
+        if batch_size < 1:  # else a DataLoader error (0) or a negative length (-4) at the first epoch
+            raise UserError(
+                f"data.batch_size={batch_size} is not a batch size: the images of each step on each process, "
+                "1 or more (e.g. data.batch_size=128)"
+            )
         self.data_dir = data_dir
         self.batch_size = batch_size
         self.val_split = val_split
@@ -130,7 +135,12 @@ class CIFAR10Base(pl.LightningDataModule):
         except (tarfile.TarError, OSError, EOFError, zlib.error) as e:
             raise UserError(f"{archive} is not a readable tar.gz ({e}); upload the official {ARCHIVE}") from e
         os.makedirs(target, exist_ok=True)
-        os.replace(staging, os.path.join(target, FOLDER))  # atomic: other ranks see all files or none
+        try:
+            os.replace(staging, os.path.join(target, FOLDER))  # atomic: other ranks see all files or none
+        except OSError:
+            if not os.path.isdir(os.path.join(target, FOLDER)):
+                raise
+            shutil.rmtree(staging)  # another run on this machine unpacked the same archive first: theirs is whole
 
     def _dataset(self, train: bool, transform=None) -> CIFAR10Files:
         root = self._root()

@@ -21,6 +21,13 @@ class CLI(LightningCLI):
     def add_arguments_to_parser(self, parser) -> None:
         parser.link_arguments("data.init_args.num_classes", "model.num_classes")  # the model has the data's classes
 
+    def configure_optimizers(self, lightning_module, optimizer, lr_scheduler=None):
+        """The optimizer from the configuration (--optimizer); its schedule from --lr_scheduler when given (stepped
+        once per epoch, as LightningCLI does), else the model's own (ImageClassifier.lr_schedule, per step)."""
+        if lr_scheduler is None and hasattr(lightning_module, "lr_schedule"):
+            return {"optimizer": optimizer, "lr_scheduler": lightning_module.lr_schedule(optimizer)}
+        return super().configure_optimizers(lightning_module, optimizer, lr_scheduler)
+
 
 def main(args: list[str] | None = None, run: bool = True) -> CLI:
     """run=False: parse and build everything, train nothing (as tests and benchmarks use it)."""

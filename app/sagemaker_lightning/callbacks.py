@@ -102,6 +102,6 @@ class LinearLRScaling:
                         group[key] *= factor
         for config in trainer.lr_scheduler_configs:
             config.scheduler.base_lrs = [lr * factor for lr in config.scheduler.base_lrs]
-        if trainer.is_global_zero and trainer.optimizers:
-            lrs = ", ".join(f"{g['lr']:g}" for g in trainer.optimizers[0].param_groups)
+        if trainer.is_global_zero and trainer.optimizers:  # the peak: a scheduler's initial_lr, else the lr
+            lrs = ", ".join(f"{g.get('initial_lr', g['lr']):g}" for g in trainer.optimizers[0].param_groups)
             say(f"learning rate × world size {factor} (linear scaling): {lrs}")

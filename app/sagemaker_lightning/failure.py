@@ -107,6 +107,14 @@ def _named(*names: str) -> Callable[[BaseException], bool]:
     return lambda e: any(c.__name__ in names for c in type(e).__mro__)
 
 
+def _user_error(e: BaseException | None) -> BaseException | None:
+    """`e` when it is a UserError, else the UserError it was raised from, if any: jsonargparse raises its own
+    ValueError from a class's error when it builds a class chosen by name (a data module in subclass mode)."""
+    while e is not None and not _named("UserError")(e):
+        e = e.__cause__
+    return e
+
+
 def _configuration(e: BaseException, ctx: dict) -> str:
     """A class built from the configuration refused its arguments."""
     asked = str(ctx.get("accelerator", "")).lower()
@@ -136,7 +144,7 @@ STOPPED = (
 
 # (matches the exception, its line (None: not this row), exit code, print the traceback too) — first match wins
 EXCEPTIONS: list[tuple[Callable[[BaseException], bool], Callable[[BaseException, dict], str | None], int, bool]] = [
-    (_named("UserError"), lambda e, ctx: str(e), 1, False),
+    (lambda e: _user_error(e) is not None, lambda e, ctx: str(_user_error(e)), 1, False),
     (
         _named("ArgumentError"),
         lambda e, ctx: f"bad hyperparameter: {argument_problem(str(e))}; {ctx.get('help', '--help')} lists them",

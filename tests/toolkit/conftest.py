@@ -16,6 +16,8 @@ from dataclasses import dataclass
 
 import pytest
 
+import make_dataset
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 EXAMPLE = os.path.join(ROOT, "app", "example")
 # the image's ENTRYPOINT and CMD: PID 1 runs the toolkit's console script
@@ -54,6 +56,14 @@ class Host:
     def failure(self) -> str | None:
         path = self.path("output", "failure")
         return open(path).read() if os.path.exists(path) else None
+
+
+@pytest.fixture(scope="session")
+def digits_dir(tmp_path_factory) -> str:
+    """A channel with scikit-learn's real handwritten digits in the CIFAR-10 layout (scripts/make_dataset.py digits)."""
+    out = str(tmp_path_factory.mktemp("digits"))
+    make_dataset.digits(out)
+    return out
 
 
 @pytest.fixture(scope="session")

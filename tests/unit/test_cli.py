@@ -16,8 +16,10 @@ from data import CIFAR10DataModule
 from device_data import DeviceCIFAR10DataModule
 from sagemaker_lightning import hyperparameters
 
-# The seed tutorial's Estimator hyperparameters, unchanged
-SEED_TUTORIAL = {
+# The Estimator hyperparameters of Martin Krasser, "Using AWS SageMaker with minimal dependencies, part 1: Distributed
+# model training with PyTorch Lightning" (https://krasserm.github.io/2022/01/21/sagemaker-multi-node/): its run_sagemaker.py's with its
+# README's CPU settings, unchanged
+KRASSER_PART1 = {
     "data": "CIFAR10DataModule",
     "data.batch_size": 32,
     "optimizer": "Adam",
@@ -48,14 +50,17 @@ def build(argv):
     return train.main(argv, run=False)
 
 
-def test_seed_tutorial_hyperparameters_work_unchanged(as_sagemaker, archive_dir):
-    cli = build(as_sagemaker({**SEED_TUTORIAL, "data.data_dir": archive_dir}))
+def test_krasser_part1_hyperparameters_work_unchanged(as_sagemaker, archive_dir, tmp_path):
+    cli = build(as_sagemaker({**KRASSER_PART1, "data.data_dir": archive_dir, "logger.save_dir": str(tmp_path)}))
     assert isinstance(cli.datamodule, CIFAR10DataModule) and cli.datamodule.batch_size == 32
-    optimizer = cli.model.configure_optimizers()
-    optimizer = optimizer[0] if isinstance(optimizer, (list, tuple)) else optimizer
-    assert isinstance(optimizer, torch.optim.Adam) and optimizer.defaults["lr"] == 1e-3
     assert cli.trainer.max_epochs == 1 and cli.trainer.num_devices == 1
     assert cli.trainer.logger.name == "tutorial"
+    cli.trainer.fit(cli.model, cli.datamodule)  # 144 training images: 4 steps of 32
+    (optimizer,), (schedule,) = cli.trainer.optimizers, cli.trainer.lr_scheduler_configs
+    assert isinstance(optimizer, torch.optim.Adam) and optimizer.defaults["lr"] == 1e-3
+    # trainer.yaml's schedule, over Adam's rate as the peak, stepped after each of the 4 optimizer steps
+    assert schedule.interval == "step" and schedule.scheduler.base_lrs == [1e-3]
+    assert schedule.scheduler.last_epoch == cli.trainer.global_step == 4
 
 
 def test_default_is_the_device_pipeline_and_the_dataloader_one_keeps_earlier_settings(archive_dir):
@@ -115,6 +120,13 @@ def test_num_classes_is_linked_from_the_data_module(archive_dir):
         ({"data.num_workers": 2}, "data.num_workers is not accepted by device_data.DeviceCIFAR10DataModule"),
         ({"optimizer": "NoSuchOptimizer"}, "optimizer=NoSuchOptimizer is not valid"),
         ({"trainer.accelerator": "gpu"}, "trainer.accelerator=gpu asks for a GPU but this instance has none"),
+        # the real reason, not the GPU line, though it names GPUs: here the accelerator is the CPU, as asked
+        (
+            {"trainer.strategy": "fsdp", "trainer.accelerator": "cpu"},
+            "bad configuration: The strategy `fsdp` requires a GPU accelerator",
+        ),
+        ({"data.batch_size": -4}, "data.batch_size=-4 is not a batch size"),
+        ({"data": "CIFAR10DataModule", "data.batch_size": 0}, "data.batch_size=0 is not a batch size"),
         ({"model.arch": "resnet1000"}, "model.arch='resnet1000' is not a torchvision classification model"),
         # nested, as SDK 3.x's driver needs them: the same one line
         ({"trainer": {"max_epochz": 1}}, "bad hyperparameter: trainer.max_epochz is not an option"),

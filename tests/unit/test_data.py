@@ -3,6 +3,7 @@
 import os
 import shutil
 import tarfile
+import tempfile
 
 import pytest
 import torch
@@ -111,3 +112,20 @@ def test_generated_batches_fail_torchvisions_checksum(archive_dir, tmp_path):
     with pytest.raises(RuntimeError, match="corrupted"):
         torchvision.datasets.CIFAR10(str(tmp_path), train=True)
     shutil.rmtree(tmp_path / FOLDER)
+
+
+def test_two_runs_unpacking_the_same_archive_both_succeed(archive_dir, monkeypatch):
+    """Two runs started at once on one machine with the same data_dir (two jobs, an experiment sweep) both unpack it;
+    the one that finishes second finds the folder there, keeps it and removes its own copy."""
+    dm = CIFAR10DataModule(archive_dir, num_workers=0)
+    dm.prepare_data()  # the first run has unpacked it
+    real_mkdtemp, made = tempfile.mkdtemp, []
+
+    def mkdtemp(**kwargs):
+        made.append(real_mkdtemp(**kwargs))
+        return made[-1]
+
+    monkeypatch.setattr(tempfile, "mkdtemp", mkdtemp)
+    dm._extract()  # the second, which had not found it when it started
+    assert os.listdir(dm._extract_dir()) == [FOLDER] and not os.path.exists(made[0])
+    setup(archive_dir)

@@ -56,6 +56,13 @@ def test_peer_failures_name_the_host(message, expected):
     assert line == expected if expected is None else expected in line
 
 
+def wrapped(cause: BaseException) -> ValueError:
+    """`cause` wrapped as jsonargparse wraps a class's error when none of a Union's types validates."""
+    e = ValueError("Does not validate against any of the Union subtypes\nSubtypes: [...]")
+    e.__cause__ = cause  # raise ... from cause
+    return e
+
+
 class OutOfMemoryError(RuntimeError):  # stands for torch.OutOfMemoryError: the table matches by class name
     pass
 
@@ -64,6 +71,10 @@ class OutOfMemoryError(RuntimeError):  # stands for torch.OutOfMemoryError: the 
     "exception, ctx, expected, code, traceback",
     [
         (failure.UserError("no data in /x"), {}, "no data in /x", 1, False),
+        # jsonargparse builds a class chosen by name (a data module in subclass mode) and raises its own ValueError
+        # from the class's error: the project's UserError is still the line
+        (wrapped(failure.UserError("data.batch_size=-4 is not a batch size")), {"stage": "configure"},
+         "data.batch_size=-4 is not a batch size", 1, False),
         (OutOfMemoryError("CUDA out of memory. Tried to allocate 2 GiB"), {"host": "algo-2", "rank": 3},
          "out of GPU memory on host algo-2 rank 3 (CUDA out of memory. Tried to allocate 2 GiB); lower data.batch_size", 1, False),
         (ValueError("gpu"), {"stage": "configure", "accelerator": "gpu", "cuda_available": False},

@@ -62,3 +62,36 @@ def test_compiled_weights_keep_their_names(tmp_path):
     )
     loaded = model.ImageClassifier.from_model_dir(str(tmp_path))
     assert loaded.hparams.compile is False and loaded.hparams.channels_last is True
+
+
+def test_warmup_then_half_cosine_to_zero():
+    factors = [model.warmup_cosine(step, total=10, warmup=2) for step in range(11)]
+    assert factors[:3] == [0.5, 1.0, 1.0]  # linear warm-up (1/2, 2/2), then the cosine from its top
+    assert all(a > b for a, b in zip(factors[2:], factors[3:], strict=False))  # falling at every step after
+    assert factors[6] == pytest.approx(0.5)  # half-way through the cosine
+    assert 0 < factors[9] < 0.04 and factors[10] == pytest.approx(0)  # near 0 at the last step, 0 after it
+
+
+def test_the_schedule_steps_per_optimizer_step_over_the_runs_length(archive_dir, tmp_path):
+    """trainer.yaml's schedule in a real run: 2 epochs of 3 steps (limit_train_batches) are 6 optimizer steps, the
+    warm-up is 20 % of them; the learning rate changes after every step, and last.ckpt holds the schedule's step."""
+    import pytorch_lightning as pl
+
+    import train
+
+    class Rates(pl.Callback):
+        seen = []
+
+        def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+            self.seen.append(trainer.optimizers[0].param_groups[0]["lr"])
+
+    argv = ["--data.data_dir", archive_dir, "--data.val_split", "0", "--data.batch_size", "16"]
+    argv += ["--trainer.max_epochs", "2", "--trainer.limit_train_batches", "3", "--trainer.limit_val_batches", "1"]
+    argv += ["--trainer.accelerator", "cpu", "--trainer.precision", "32-true", "--trainer.enable_progress_bar", "false"]
+    argv += ["--logger.save_dir", str(tmp_path), "--checkpoint.dirpath", str(tmp_path / "ckpt")]
+    cli = train.main(argv, run=False)
+    cli.trainer.callbacks.append(Rates())
+    cli.trainer.fit(cli.model, cli.datamodule)
+    assert Rates.seen == pytest.approx([0.1 * model.warmup_cosine(step, total=6, warmup=1) for step in range(6)])
+    checkpoint = torch.load(tmp_path / "ckpt" / "last.ckpt", weights_only=True)
+    assert checkpoint["lr_schedulers"][0]["last_epoch"] == 6

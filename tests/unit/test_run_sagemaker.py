@@ -2,6 +2,7 @@
 
 import json
 import re
+import sys
 
 import pytest
 from sagemaker.estimator import EstimatorBase
@@ -125,3 +126,18 @@ def test_an_entry_point_outside_the_source_dir_is_one_line(tmp_path):
     args = run_sagemaker.parse_args(["--image", "x", "--input", ".", "--output", ".", "--source-dir", str(tmp_path)])
     with pytest.raises(SystemExit, match=f"--entry-point train.py is not a file of --source-dir {tmp_path}"):
         run_sagemaker.make_job(args)
+
+
+def test_validation_watch_reads_the_accuracy_lines_as_they_pass(capsys):
+    watch = run_sagemaker.ValidationWatch(sys.stdout)
+    log = (
+        "algo-1-abcde  | epoch 0 step 28: val/acc=0.5000 val/loss=1.2000\n"
+        "algo-2-fghij  | rank 1/2 host algo-2: weights 0123 at step 84\n"
+        "algo-1-abcde  | epoch 1 step 56: val/acc=0.9000 val/loss=0.3000\n"
+        "\x1b[32m[algo-1] epoch 2 step 84: val/acc=0.8500 val/loss=0.4000\x1b[0m\n"  # the cloud log's colours
+    )
+    for start in range(0, len(log), 7):  # lines cut between writes
+        watch.write(log[start : start + 7])
+    assert capsys.readouterr().out == log  # passed on unchanged
+    assert watch.accuracy == {0: 0.5, 1: 0.9, 2: 0.85}
+    assert watch.summary() == "final validation accuracy: 0.8500 (epoch 2; best 0.9000 at epoch 1)"
