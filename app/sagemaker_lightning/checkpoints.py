@@ -1,5 +1,5 @@
 """Checkpoints a restarted job resumes from: last.ckpt every N steps, at each epoch end and on SIGTERM, written
-atomically, with the random-number states.
+atomically.
 
 SageMaker syncs /opt/ml/checkpoints to checkpoint_s3_uri and restores it on a restarted (spot) job; the runtime's
 LightningCLI resumes from last.ckpt there (cli.py).
@@ -8,11 +8,7 @@ LightningCLI resumes from last.ckpt there (cli.py).
 """
 
 import os
-import random
 import time
-
-import numpy as np
-import torch
 
 from sagemaker_lightning.callbacks import say
 from sagemaker_lightning.flavor import attribute
@@ -38,28 +34,6 @@ class AtomicCheckpointIO:
         os.replace(partial, path)
 
 
-def rng_states() -> dict:
-    """Tensors and plain values only: Lightning loads checkpoints with torch.load(weights_only=True)."""
-    kind, keys, position, has_gauss, gauss = np.random.get_state()
-    states = {
-        "torch": torch.get_rng_state(),
-        "numpy": [kind, torch.from_numpy(keys.copy()), position, has_gauss, gauss],
-        "python": random.getstate(),
-    }
-    if torch.cuda.is_available():
-        states["cuda"] = torch.cuda.get_rng_state_all()
-    return states
-
-
-def set_rng_states(states: dict) -> None:
-    torch.set_rng_state(states["torch"])
-    kind, keys, position, has_gauss, gauss = states["numpy"]
-    np.random.set_state((kind, keys.numpy(), position, has_gauss, gauss))
-    random.setstate(states["python"])
-    if "cuda" in states and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(states["cuda"])
-
-
 AUTO_INTERVAL_S = 60  # where no SIGTERM arrives: last.ckpt about this often, so a stop loses about a minute at most
 MEASURED_STEPS = 3  # steps timed (after the first, which compiles and warms up) to choose that interval
 
@@ -72,8 +46,8 @@ def interval_steps(seconds_per_step: float, target_s: float = AUTO_INTERVAL_S) -
 class LastCheckpoint:
     """last.ckpt, what a restarted job resumes from: every `every_n_steps` optimizer steps, at each epoch end, and
     when SageMaker stops the job (SIGTERM on StopTrainingJob or spot interruption: Lightning stops every rank at the
-    same step boundary, where they save it together). With the random-number states, restored at the first resumed
-    step, a resumed run continues as the uninterrupted one would.
+    same step boundary, where they save it together). The training loader's state in it (resumable.py) makes a
+    resumed run continue as the uninterrupted one would.
 
     Where SIGTERM cannot reach the training processes (`unprotected` says why: PID 1 is not the image's entrypoint,
     as under SDK 3.x's driver), a stop kills them without warning: every_n_steps=None then means about every
@@ -87,7 +61,6 @@ class LastCheckpoint:
         self.every_n_steps = every_n_steps if every_n_steps is not None or unprotected else 0
         self.checkpoint, self.unprotected = checkpoint, unprotected
         self._saved_step = -1
-        self._rng_to_restore = None
         self._timing = None  # (first step timed, its clock) while the interval is being measured
 
     def save(self, trainer) -> str:
@@ -143,11 +116,7 @@ class LastCheckpoint:
         if isinstance(exception, attribute(self.pl, "utilities.exceptions.SIGTERMException")):
             self.save(trainer)
 
-    def on_save_checkpoint(self, trainer, pl_module, checkpoint):
-        checkpoint["rng_states"] = rng_states()
-
     def on_load_checkpoint(self, trainer, pl_module, checkpoint):
-        self._rng_to_restore = checkpoint.get("rng_states")
         self._saved_step = checkpoint["global_step"]
         if trainer.is_global_zero:
             say(f"resuming at epoch {checkpoint['epoch']} step {checkpoint['global_step']} from last.ckpt")
@@ -160,9 +129,6 @@ class LastCheckpoint:
                 if self.every_n_steps
                 else "last.ckpt at each epoch's end",
             )
-        if self._rng_to_restore is not None:  # here, not at load: setting up the data since then drew random numbers
-            set_rng_states(self._rng_to_restore)
-            self._rng_to_restore = None
 
 
 def resume_path(dirpath: str) -> str | None:
