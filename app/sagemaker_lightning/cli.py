@@ -139,7 +139,7 @@ class LightningCLI:
         if isinstance(args, Mapping) or hasattr(args, "as_dict"):
             return super().parse_arguments(parser, args)  # a structured configuration: as the project gives it
         argv = list(sys.argv[1:] if args is None else args)
-        self.plan = make_plan(os.environ, _interfaces())
+        self.plan = make_plan(os.environ, _interfaces(), checkpoint_dir=checkpoints.local_path(os.environ))
         if self.plan.on_sagemaker:
             argv = hyperparameters.merge(argv, hyperparameters.read(os.environ))
         position = _options_start(argv, parser)
@@ -179,7 +179,9 @@ class LightningCLI:
     def instantiate_classes(self) -> None:
         trainer = self._subconfig()["trainer"]
         timeout = self._subconfig()["dist_timeout"]
-        self.plan = make_plan(os.environ, _interfaces(), trainer.accelerator, trainer.devices, timeout)
+        self.plan = make_plan(
+            os.environ, _interfaces(), trainer.accelerator, trainer.devices, timeout, checkpoints.local_path(os.environ)
+        )
         if self.plan.on_sagemaker:
             for key, value in self.plan.env.items():
                 os.environ.pop(key, None) if value is None else os.environ.__setitem__(key, value)
@@ -225,12 +227,13 @@ class LightningCLI:
         if self.plan.on_sagemaker:
             overridden = flavor.attribute(self.pl, "utilities.model_helpers.is_overridden")
             resumable.make_training_loader_resumable(self.datamodule or self.model, trainer, overridden)
-        if (
-            model_checkpoint
-            and model_checkpoint.dirpath
-            and (path := checkpoints.resume_path(model_checkpoint.dirpath))
-        ):
-            trainer.ckpt_path = path  # fit() resumes from it unless given another ckpt_path
+        if model_checkpoint and model_checkpoint.dirpath:
+            strict = getattr(self.model, "strict_loading", True)
+            path = checkpoints.resume_path(
+                model_checkpoint.dirpath, self.model.state_dict(), strict, trainer.is_global_zero
+            )
+            if path:
+                trainer.ckpt_path = path  # fit() resumes from it unless given another ckpt_path
         return trainer
 
     def _config_yaml(self) -> str:

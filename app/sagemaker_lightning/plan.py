@@ -225,10 +225,12 @@ def make_plan(
     accelerator: str = "auto",
     devices="auto",
     timeout_s: int = DEFAULT_TIMEOUT_S,
+    checkpoint_dir: str | None = None,
     workers: bool = True,
 ) -> Plan:
     """The plan for this process. `interfaces`: the network interfaces here; `accelerator`, `devices`: the trainer's
-    settings (resolved from every source: YAML, --config, arguments); `workers`: whether DataLoader workers fork."""
+    settings (resolved from every source: YAML, --config, arguments); `checkpoint_dir`: the job's checkpoint_local_path
+    (checkpoints.local_path), when it names one; `workers`: whether DataLoader workers fork."""
     mode = launcher(env)
     if mode == "none":
         return Plan(
@@ -262,7 +264,7 @@ def make_plan(
         timeout_s=timeout_s,
         channels={name: env[f"SM_CHANNEL_{name.upper()}"] for name in json.loads(env.get("SM_CHANNELS") or "[]")},
         data_channel=env.get("DATA_CHANNEL", DEFAULT_CHANNEL),
-        checkpoint_dir=os.path.join(base, "checkpoints"),
+        checkpoint_dir=checkpoint_dir or os.path.join(base, "checkpoints"),
         model_dir=env.get("SM_MODEL_DIR"),
         output_data_dir=env.get("SM_OUTPUT_DATA_DIR"),
         env=out,

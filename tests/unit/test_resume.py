@@ -14,6 +14,7 @@ processes, on one host and two.
     PYTHONPATH=$PWD/app .venv/bin/pytest tests/unit/test_resume.py
 """
 
+import json
 import os
 import signal
 import sys
@@ -123,11 +124,11 @@ def stop(how: str, hook: str, step: int):
 def job(tmp_path, archive_dir, monkeypatch):
     """Runs the runtime's LightningCLI as a one-host SageMaker job whose /opt/ml is `base` (default: tmp_path);
     returns the final step and weights of a run that ends, or its exit code."""
-    environ, excepthook = dict(os.environ), sys.excepthook  # the plan sets variables; the CLI, an excepthook
     monkeypatch.setattr(signals, "RUN_DIR", str(tmp_path / "run"))
 
-    def run(pipeline: str, callback=None, base=tmp_path):
+    def run(pipeline: str, callback=None, base=tmp_path, more: tuple[str, ...] = ()):
         model, data, arguments = PIPELINES[pipeline]
+        environ, excepthook = dict(os.environ), sys.excepthook  # the plan sets variables; the CLI, an excepthook
         os.environ.update(
             {
                 "SM_HOSTS": '["localhost"]',
@@ -151,7 +152,7 @@ def job(tmp_path, archive_dir, monkeypatch):
                 seed_everything_default=42,
                 save_config_callback=None,
                 trainer_defaults={"callbacks": [type("Stop", (pl.Callback,), callback)()]} if callback else None,
-                args=SETTINGS + arguments,
+                args=[*SETTINGS, *arguments, *more],
             )
         except SystemExit as e:
             return e.code
@@ -178,16 +179,107 @@ def uninterrupted():
     return {}  # pipeline → (global step, weights), filled by the first test of each pipeline
 
 
+def reference(job, uninterrupted, pipeline: str, tmp_path) -> tuple[int, dict]:
+    if pipeline not in uninterrupted:
+        uninterrupted[pipeline] = job(pipeline, base=tmp_path / "uninterrupted")
+    return uninterrupted[pipeline]
+
+
 @pytest.mark.parametrize("point", POINTS, ids=[f"{hook}@{step}" for hook, step in POINTS])
 @pytest.mark.parametrize("how", ["SIGKILL", "SIGTERM"])
 @pytest.mark.parametrize("pipeline", PIPELINES)
 def test_a_stopped_run_resumes_exactly(job, uninterrupted, pipeline, how, point, tmp_path):
-    if pipeline not in uninterrupted:
-        uninterrupted[pipeline] = job(pipeline, base=tmp_path / "uninterrupted")
-    expected_step, expected = uninterrupted[pipeline]
+    expected_step, expected = reference(job, uninterrupted, pipeline, tmp_path)
     assert expected_step == 9
     stopped = job(pipeline, stop(how, *point))
     assert stopped == (143 if how == "SIGTERM" else 1)
     step, weights = job(pipeline)
     assert step == expected_step
     assert all(torch.equal(weights[k], expected[k]) for k in expected), "the weights differ"
+    assert not [n for n in os.listdir(tmp_path / "checkpoints") if n.endswith(".partial")]  # a killed write's, redone
+
+
+def same(a: dict, b: dict) -> bool:
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+KILL_AT_5 = stop("SIGKILL", "on_train_batch_start", 5)  # last.ckpt at step 4, the epoch's checkpoint at step 3
+
+
+def test_an_unreadable_last_checkpoint_falls_back_to_the_newest_readable_one(job, uninterrupted, tmp_path, capsys):
+    """last.ckpt cut short (a full disk, a partial upload): the job resumes from the newest checkpoint that loads,
+    saying so in one line, and still ends as the uninterrupted run."""
+    expected = reference(job, uninterrupted, "device-resident", tmp_path)
+    assert job("device-resident", dict(KILL_AT_5)) == 1
+    last = tmp_path / "checkpoints" / "last.ckpt"
+    last.write_bytes(last.read_bytes()[:4096])
+    capsys.readouterr()
+    step, weights = job("device-resident")
+    out = capsys.readouterr().out
+    assert (
+        f"resuming from {tmp_path}/checkpoints/epoch=0-step=3.ckpt (step 3), the newest checkpoint that can be: "
+        "not from last.ckpt, it does not load (RuntimeError: PytorchStreamReader failed reading zip archive" in out
+    )
+    assert "resuming at epoch 0 step 3 from epoch=0-step=3.ckpt" in out
+    assert step == expected[0] and same(weights, expected[1])
+
+
+@pytest.mark.parametrize(
+    "written, expected",
+    [
+        ("another model", "it was written by another model: net.2.weight is (12, 3072) there, (10, 3072) in the model"),
+        ("garbage", "it does not load (UnpicklingError: "),
+    ],
+)
+def test_a_checkpoint_that_cannot_be_resumed_from_fails_in_one_line(job, tmp_path, capsys, written, expected):
+    """Nothing to fall back to: one line naming the file, why, and what to do."""
+    if written == "another model":  # an older version of the model, with 12 classes
+        assert job("device-resident", dict(KILL_AT_5), more=["--model.num_classes=12"]) == 1
+        (tmp_path / "output" / "failure").unlink()
+        for name in os.listdir(tmp_path / "checkpoints"):
+            if name != "last.ckpt":
+                os.remove(tmp_path / "checkpoints" / name)
+    else:
+        (tmp_path / "checkpoints").mkdir()
+        (tmp_path / "checkpoints" / "last.ckpt").write_bytes(b"<html>an error page saved as the checkpoint</html>")
+    capsys.readouterr()
+    assert job("device-resident") == 1
+    line = f"cannot resume from {tmp_path}/checkpoints/last.ckpt: {expected}"
+    errors = [e for e in capsys.readouterr().err.splitlines() if e.startswith("ERROR: ")]
+    assert len(errors) == 1 and errors[0].startswith(f"ERROR: {line}")
+    assert "delete it (and its copy under the job's checkpoint_s3_uri)" in errors[0]
+    failure = (tmp_path / "output" / "failure").read_text()
+    assert failure.count("\n") == 1 and failure.startswith(line)
+
+
+def test_resumes_from_s3(job, uninterrupted, tmp_path, aws, capsys):
+    """checkpoint.dirpath=s3://...: last.ckpt written there (moto) and resumed from."""
+    import boto3
+
+    boto3.client("s3").create_bucket(Bucket="checkpoints")
+    expected = reference(job, uninterrupted, "device-resident", tmp_path)
+    s3 = ["--checkpoint.dirpath=s3://checkpoints/job-1"]
+    assert job("device-resident", dict(KILL_AT_5), more=s3) == 1
+    keys = [o["Key"] for o in boto3.client("s3").list_objects_v2(Bucket="checkpoints")["Contents"]]
+    assert "job-1/last.ckpt" in keys
+    capsys.readouterr()
+    step, weights = job("device-resident", more=s3)
+    assert "resuming at epoch 1 step 4 from last.ckpt" in capsys.readouterr().out
+    assert step == expected[0] and same(weights, expected[1])
+
+
+def test_resumes_from_the_jobs_checkpoint_local_path(job, uninterrupted, tmp_path, capsys):
+    """A job whose CheckpointConfig moves the checkpoints (checkpoint_local_path): SageMaker names the directory in
+    checkpointconfig.json; last.ckpt is written there and resumed from."""
+    expected = reference(job, uninterrupted, "device-resident", tmp_path)
+    (tmp_path / "config").mkdir()
+    local = tmp_path / "elsewhere"
+    (tmp_path / "config" / "checkpointconfig.json").write_text(
+        json.dumps({"LocalPath": str(local), "S3Uri": "s3://bucket/job-1/checkpoints"})
+    )
+    assert job("device-resident", dict(KILL_AT_5)) == 1
+    assert os.path.isfile(local / "last.ckpt") and not os.path.exists(tmp_path / "checkpoints")
+    capsys.readouterr()
+    step, weights = job("device-resident")
+    assert "resuming at epoch 1 step 4 from last.ckpt" in capsys.readouterr().out
+    assert step == expected[0] and same(weights, expected[1])
