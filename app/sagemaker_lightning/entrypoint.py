@@ -19,6 +19,7 @@ SDK 3.x with SourceCode replaces this entrypoint with its own driver: none of th
     docker run --rm sagemaker-lightning train          # what SageMaker runs
 """
 
+import collections
 import json
 import os
 import shutil
@@ -26,6 +27,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 
 from sagemaker_lightning import failure, hyperparameters, signals
@@ -39,6 +41,7 @@ OUTPUT = os.path.join(BASE, "output")  # the failure file's directory
 EXAMPLE = os.environ.get("SAGEMAKER_LIGHTNING_EXAMPLE", "/opt/sagemaker-lightning/example")  # the image's example
 PRELOAD_READS = "/opt/ml/input/config/resourceconfig.json"  # the one path the host-name library reads
 STOP_GRACE_S = 110  # after SIGTERM: SageMaker kills the container 120 s after signalling it
+LOG_TAIL_LINES = 300  # of the command's output, kept for the failure line: launchers print their summaries there
 LEFTOVER_GRACE_S = 10  # after the command ends: daemons it left (sshd for MPI) get this long to exit
 
 
@@ -127,9 +130,9 @@ def prepare_job(env: dict) -> None:
     env["LD_PRELOAD"] = " ".join(filter(None, [env.get("LD_PRELOAD"), gethostname.__file__]))
 
 
-def one_line_failure(code: int) -> None:
+def one_line_failure(code: int, log: str = "") -> None:
     """After a failed command: the failure file holds one line. The toolkit leaves its traceback there (or, when
-    it died first, nothing); failure.toolkit turns that into the line."""
+    it died first, nothing); failure.toolkit turns that, and the end of the command's output `log`, into the line."""
     path = os.path.join(OUTPUT, "failure")
     try:
         with open(path) as f:
@@ -138,10 +141,24 @@ def one_line_failure(code: int) -> None:
         text = f"exit code {code}"
     with open(RESOURCE_CONFIG) as f:
         host = json.load(f).get("current_host", "?")
-    if (line := failure.toolkit(text, host, CODE)) is not None:
+    if (line := failure.toolkit(text, host, CODE, log)) is not None:
         if os.path.exists(path):
             os.remove(path)
         failure.report(line, output_dir=OUTPUT)
+
+
+def copy(stream, to, tail: collections.deque) -> threading.Thread:
+    """A thread that copies `stream` to `to` line by line as it comes, keeping the last lines in `tail`."""
+
+    def run() -> None:
+        for line in iter(stream.readline, b""):
+            to.buffer.write(line)
+            to.flush()
+            tail.append(line)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread
 
 
 def main() -> int:
@@ -154,7 +171,13 @@ def main() -> int:
             prepare_job(env)
         except failure.UserError as e:
             return failure.report(str(e), output_dir=OUTPUT)
-    child = subprocess.Popen(command, env=env, start_new_session=os.getpid() != 1)
+    # in a job the command's output passes through here, its end kept for the failure line
+    pipe = subprocess.PIPE if in_job else None
+    child = subprocess.Popen(command, env=env, stdout=pipe, stderr=pipe, start_new_session=os.getpid() != 1)
+    tail: collections.deque[bytes] = collections.deque(maxlen=LOG_TAIL_LINES)
+    copies = [
+        copy(stream, to, tail) for stream, to in ((child.stdout, sys.stdout), (child.stderr, sys.stderr)) if stream
+    ]
     deadline, stopped_by = None, None
 
     def leftovers() -> None:  # after the command: daemons it started (sshd for MPI)
@@ -189,13 +212,15 @@ def main() -> int:
             if deadline is not None and time.monotonic() > deadline:
                 break
             time.sleep(0.1)
+    for thread in copies:  # the last lines (daemons the command left, such as sshd, may hold the pipes open)
+        thread.join(timeout=2)
     if stopped_by:
         return 128 + stopped_by  # stopped: whatever the command made of it
     if code is None:
         return 128 + signal.SIGKILL  # the command outlived the grace period
     code = code if code >= 0 else 128 - code
     if code and in_job:
-        one_line_failure(code)
+        one_line_failure(code, b"".join(tail).decode(errors="replace"))
     return code
 
 

@@ -3,6 +3,7 @@
 import glob
 import os
 import re
+import sys
 
 import pytest
 
@@ -235,6 +236,39 @@ def test_a_rank_that_dies_fails_the_others_in_time(run_hosts, archive_dir, tiny)
     assert "killed with SIGKILL, most often by the kernel's out-of-memory killer" in second.failure
     assert "127.0.0.1" in first.failure, first.failure  # the host to look at
     assert os.listdir(first.path("model")) == [] and os.listdir(second.path("model")) == []
+
+
+VENV_BIN = os.path.dirname(sys.executable)  # torchrun, as the toolkit runs it (found on PATH)
+LOCAL_RANKS = {  # launcher: (hyperparameters, environment) for 2 processes on one host
+    "Lightning's process launcher": ({"trainer.devices": 2, "trainer.accelerator": "cpu"}, {}),
+    "torchrun (torch_distributed)": (
+        {
+            "trainer.devices": 2,
+            "trainer.accelerator": "cpu",
+            "sagemaker_torch_distributed_enabled": True,  # what SDK 2.x's PyTorch estimator sets
+            "sagemaker_instance_type": "ml.c5.xlarge",
+            "sagemaker_mpi_num_of_processes_per_host": 2,  # torchrun's --nproc_per_node on a CPU instance
+        },
+        {"SAGEMAKER_TRAINING_MODULE": "sagemaker_pytorch_container.training:main"},
+    ),
+}
+
+
+@pytest.mark.parametrize("launcher", LOCAL_RANKS)
+def test_a_local_rank_killed_for_memory_is_named(run_hosts, archive_dir, tiny, launcher):
+    """Local rank 1 SIGKILLed (as the out-of-memory killer does) while rank 0 waits for it in a collective: the
+    failure line names rank 1, its host and the fix, not rank 0's lost peer."""
+    hps, env = LOCAL_RANKS[launcher]
+    hps = {**tiny, **hps, "trainer.limit_train_batches": 4, "dist_timeout": 30, "trainer.callbacks+": "faults.KillRank"}
+    env = {**env, "PYTHONPATH": PLUGINS, "PATH": f"{VENV_BIN}:{os.environ['PATH']}"}
+    (host,) = run_hosts(["localhost"], hps, {"training": archive_dir}, env=env)
+    assert host.returncode != 0 and host.seconds < 90
+    line = (
+        "training process rank 1 (local rank 1) on host localhost was killed with SIGKILL, most often by the "
+        "kernel's out-of-memory killer; lower data.batch_size"
+    )
+    assert host.failure is not None and host.failure.startswith(line), (host.failure, host.output[-3000:])
+    assert host.failure.count("\n") == 1
 
 
 SMDDP = {"sagemaker_distributed_dataparallel_enabled": "true", "trainer.devices": "2", "trainer.accelerator": "cpu"}
