@@ -116,6 +116,8 @@ def test_num_classes_is_linked_from_the_data_module(archive_dir):
         ({"optimizer": "NoSuchOptimizer"}, "optimizer=NoSuchOptimizer is not valid"),
         ({"trainer.accelerator": "gpu"}, "trainer.accelerator=gpu asks for a GPU but this instance has none"),
         ({"model.arch": "resnet1000"}, "model.arch='resnet1000' is not a torchvision classification model"),
+        ({"dist_timeout": "ten"}, "bad hyperparameter: dist_timeout=ten is not valid (expected int)"),
+        ({"dist_timeout": 0}, "dist_timeout=0 must be a positive number of seconds"),
         ({"model.arch": "vit_b_16"}, "model.arch='vit_b_16' cannot take the data's 32×32 images (Wrong image height!"),
         ({"model.arch": "inception_v3"}, "model.arch='inception_v3' cannot take the data's 32×32 images ("),
     ],
