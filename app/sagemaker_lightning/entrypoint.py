@@ -10,6 +10,7 @@ command itself. Before the command starts, inside a SageMaker job (resourceconfi
     mounted over /opt/ml/code in local mode), else the image's example (copied into /opt/ml/code, run as train.py);
   - every host name must resolve within dist_timeout (a hyperparameter, default 600 s), or the job fails naming the
     host: the toolkit alone would wait 15 minutes for a host whose container never started;
+  - an MPI job's SSH keys, made now and exchanged with the job's other hosts (ssh.py): the image holds none;
   - a network interface the job names but the container lacks (SDK 3.x local mode writes "ethwe") is replaced in
     resourceconfig.json by the default route's, before the toolkit passes it to mpirun and NCCL;
   - processes see the SageMaker host name (algo-N) in gethostname(), as MPI and NCCL name hosts by it (the
@@ -30,7 +31,7 @@ import sys
 import threading
 import time
 
-from sagemaker_lightning import failure, hyperparameters, signals
+from sagemaker_lightning import failure, hyperparameters, signals, ssh
 from sagemaker_lightning.plan import DEFAULT_TIMEOUT_S
 
 BASE = os.environ.get("SAGEMAKER_BASE_DIR", "/opt/ml")
@@ -110,6 +111,8 @@ def prepare_job(env: dict) -> None:
             f"host {missing} did not come up within dist_timeout={timeout} s (its name does not resolve): "
             "its container did not start; see its log"
         )
+    if ssh.needed(given):  # before the toolkit starts sshd: this job's keys, exchanged with its other hosts
+        ssh.prepare(config["hosts"], config["current_host"], timeout, os.path.expanduser("~/.ssh"))
     with open("/proc/net/route") as f:
         fallback = default_interface(f.read())
     fixed = repaired(config, {name for _, name in socket.if_nameindex()}, fallback)
