@@ -1,12 +1,22 @@
 #!/bin/sh
-# Passwordless root SSH between a job's containers, for the MPI runners: mpirun starts the other hosts' ranks
-# over ssh. Every host of a job runs this image, so one key pair made at build time lets them in; sshd is
-# started by the training toolkit, only for MPI jobs, and listens only on the job's own network.
+# sshd for the MPI runners (mpirun starts the other hosts' ranks over ssh; the toolkit starts sshd only for MPI
+# jobs). No key is made here: every host of a job makes its own when the job starts and the hosts exchange their
+# public keys (app/sagemaker_lightning/ssh.py), so no copy of the image holds a key that opens any job. Here:
+# none left over from the packages (or a base image's own, in this layer), no passwords, the job's keys only.
 set -eu
+[ -x /usr/sbin/sshd ] || exit 0  # a base image without sshd (a stand-in): nothing to configure
 mkdir -p /var/run/sshd /root/.ssh
-ssh-keygen -q -t ed25519 -N "" -C "sagemaker-lightning mpi" -f /root/.ssh/id_ed25519
-cp /root/.ssh/id_ed25519.pub /root/.ssh/authorized_keys
-chmod 700 /root/.ssh && chmod 600 /root/.ssh/authorized_keys
-printf 'Host *\n  StrictHostKeyChecking no\n  UserKnownHostsFile /dev/null\n  LogLevel ERROR\n' >> /etc/ssh/ssh_config
+chmod 700 /root/.ssh
+rm -f /etc/ssh/ssh_host_*key* /root/.ssh/id_* /root/.ssh/authorized_keys /root/.ssh/config /root/.ssh/known_hosts
+# sshd keeps the first value of each setting: ours go first
+{
+  printf '# sagemaker-lightning: the job'"'"'s keys only (made at job start), no passwords\n'
+  printf 'HostKey /etc/ssh/ssh_host_ed25519_key\nPermitRootLogin prohibit-password\nPubkeyAuthentication yes\n'
+  printf 'AuthenticationMethods publickey\nPasswordAuthentication no\nKbdInteractiveAuthentication no\n'
+  printf 'PermitEmptyPasswords no\nAuthorizedKeysFile .ssh/authorized_keys\n\n'
+  cat /etc/ssh/sshd_config
+} > /tmp/sshd_config && mv /tmp/sshd_config /etc/ssh/sshd_config
+# the client talks only to hosts whose host key the job's exchange wrote into known_hosts
+printf 'Host *\n  StrictHostKeyChecking yes\n  LogLevel ERROR\n' >> /etc/ssh/ssh_config
 # pam_loginuid fails in containers and closes the session
 sed -i 's/^session\s*required\s*pam_loginuid.so/session optional pam_loginuid.so/' /etc/pam.d/sshd

@@ -3,7 +3,9 @@
 `data_dir` holds either the extracted `cifar-10-batches-py/` or the official archive `cifar-10-python.tar.gz`
 (what users upload to S3). Files in the official format with other content (scripts/make_dataset.py) load too.
 CIFAR10Base finds, unpacks, reads, checks and splits the files; CIFAR10DataModule augments in DataLoader workers
-(PIL transforms), device_data.DeviceCIFAR10DataModule on the training device.
+(PIL transforms), device_data.DeviceCIFAR10DataModule on the training device. Each training image's crop and flip
+are drawn from a generator seeded by (seed, epoch, index): a resumed run augments as the uninterrupted one did,
+whichever worker process loads the image.
 
     python scripts/make_dataset.py synthetic data/synthetic
     python -c "import data; d = data.CIFAR10DataModule('data/synthetic'); d.prepare_data(); d.setup('fit'); print(len(d.train_set))"
@@ -22,8 +24,9 @@ import zlib
 import pytorch_lightning as pl
 import torch
 import torchvision
-from torch.utils.data import DataLoader, DistributedSampler, Subset
+from torch.utils.data import DataLoader, Dataset, DistributedSampler, Subset
 from torchvision import transforms as T
+from torchvision.transforms import functional as TF
 
 from sagemaker_lightning import UserError
 from sagemaker_lightning.resumable import ResumableDataLoader
@@ -172,14 +175,12 @@ class CIFAR10Base(pl.LightningDataModule):
     def test_dataloader(self):
         return self._loader(self.test_set, train=False)
 
-    def sampler(self, dataset, train: bool) -> DistributedSampler:
+    def sampler(self, dataset, train: bool, kind: type[DistributedSampler] = DistributedSampler) -> DistributedSampler:
         """This process's share, made here rather than by Lightning (which would rebuild the loader around its own):
         for training one seeded permutation per epoch, the same on every rank, of which rank r takes every
         world_size-th index; full batches only, so every rank takes the same number of steps."""
         rank, world = (self.trainer.global_rank, self.trainer.world_size) if self.trainer else (0, 1)
-        return DistributedSampler(
-            dataset, num_replicas=world, rank=rank, shuffle=train, seed=self.seed, drop_last=train
-        )
+        return kind(dataset, num_replicas=world, rank=rank, shuffle=train, seed=self.seed, drop_last=train)
 
     def setup(self, stage: str) -> None:
         if stage == "fit" or stage == "validate":
@@ -199,6 +200,35 @@ class CIFAR10Base(pl.LightningDataModule):
             self.test_set = self._subset(self._dataset(False), None, False)
 
 
+class EpochIndices(DistributedSampler):
+    """DistributedSampler's indices, each with its epoch: (epoch, index), the keys of SeededCrops."""
+
+    def __iter__(self):
+        epoch = self.epoch
+        return ((epoch, i) for i in super().__iter__())
+
+
+class SeededCrops(Dataset):
+    """Images (PIL) of `images` cropped and flipped as RandomCrop(SIZE, padding=PAD) and RandomHorizontalFlip draw
+    them, but from a generator seeded by (seed, epoch, index), then `finish`ed: keyed by (epoch, index)."""
+
+    def __init__(self, images: Dataset, seed: int, finish):
+        self.images, self.seed, self.finish = images, seed, finish
+
+    def __len__(self) -> int:
+        return len(self.images)
+
+    def __getitem__(self, key: tuple[int, int]):
+        epoch, index = key
+        image, label = self.images[index]
+        generator = torch.Generator().manual_seed(hash((self.seed, epoch, index)) & 0xFFFF_FFFF_FFFF_FFFF)
+        dy, dx = torch.randint(0, 2 * PAD + 1, (2,), generator=generator).tolist()
+        image = TF.crop(TF.pad(image, PAD), dy, dx, SIZE, SIZE)
+        if torch.rand(1, generator=generator).item() < 0.5:
+            image = TF.hflip(image)
+        return self.finish(image), label
+
+
 class CIFAR10DataModule(CIFAR10Base):
     """The DataLoader path: PIL transforms in worker processes, batches copied to the device by Lightning."""
 
@@ -209,22 +239,19 @@ class CIFAR10DataModule(CIFAR10Base):
         """
         super().__init__(*args, **kwargs)
         self.num_workers = num_workers
-        normalize = T.Normalize(MEAN, STD)
-        self.train_transform = T.Compose(
-            [T.RandomCrop(SIZE, padding=PAD), T.RandomHorizontalFlip(), T.ToTensor(), normalize]
-        )
-        self.eval_transform = T.Compose([T.ToTensor(), normalize])
+        self.eval_transform = T.Compose([T.ToTensor(), T.Normalize(MEAN, STD)])
 
     def _subset(self, files: CIFAR10Files, indices: list[int] | None, augment: bool):
         dataset = copy.copy(files)  # shares the images with `files`; only the transform is its own
-        dataset.transform = self.train_transform if augment else self.eval_transform
-        return dataset if indices is None else Subset(dataset, indices)
+        dataset.transform = None if augment else self.eval_transform
+        dataset = dataset if indices is None else Subset(dataset, indices)
+        return SeededCrops(dataset, self.seed, self.eval_transform) if augment else dataset
 
     def _loader(self, dataset, train: bool) -> DataLoader:
         return (ResumableDataLoader if train else DataLoader)(
             dataset,
             batch_size=self.batch_size,
-            sampler=self.sampler(dataset, train),
+            sampler=self.sampler(dataset, train, EpochIndices if train else DistributedSampler),
             num_workers=self.num_workers,
             persistent_workers=self.num_workers > 0,
             pin_memory=torch.cuda.is_available(),

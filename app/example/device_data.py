@@ -87,6 +87,10 @@ class DeviceBatches(ResumableEpoch):
         return n // self.batch_size if self.train else -(-n // self.batch_size)
 
     def __iter__(self):
+        return self._epoch(self._batches) if self.train else self._batches(0)
+
+    def _batches(self, skip: int):
+        """This epoch's batches from batch `skip` on (resuming mid-epoch: the same crops, from where it stopped)."""
         device = self.images.padded.device
         index = torch.tensor(list(self.sampler), device=device)  # this epoch's share: one copy per epoch
         if self.train:
@@ -96,11 +100,10 @@ class DeviceBatches(ResumableEpoch):
         else:  # the crop at (PAD, PAD) of the padded image is the image itself
             dy = dx = torch.full_like(index, PAD)
             flip = torch.zeros_like(index, dtype=torch.bool)
-        skip = self._start_epoch() if self.train else 0  # resuming mid-epoch: the same crops, from where it stopped
         for start in range(skip * self.batch_size, len(self) * self.batch_size, self.batch_size):
             b = slice(start, start + self.batch_size)
             crops = crop_flip(self.images.padded, index[b], dy[b], dx[b], flip[b])
-            yield self._hand_out((normalize(crops, self.mean, self.std), self.images.labels[index[b]]))
+            yield normalize(crops, self.mean, self.std), self.images.labels[index[b]]
 
 
 class DeviceCIFAR10DataModule(CIFAR10Base):

@@ -22,11 +22,13 @@ from torch.optim.lr_scheduler import LambdaLR
 from torchmetrics import MeanMetric
 from torchmetrics.classification import MulticlassAccuracy
 
+from data import SIZE
 from sagemaker_lightning import UserError
 
 
 def build_network(arch: str, num_classes: int, cifar_stem: bool) -> nn.Module:
-    """A torchvision model by name, untrained; ResNets get the CIFAR stem when asked."""
+    """A torchvision model by name, untrained, that takes the data's SIZE×SIZE images; ResNets get the CIFAR stem
+    when asked."""
     if arch not in torchvision.models.list_models(module=torchvision.models):
         raise UserError(f"model.arch={arch!r} is not a torchvision classification model; try resnet18, resnet50, ...")
     net = torchvision.models.get_model(arch, weights=None, num_classes=num_classes)
@@ -34,7 +36,15 @@ def build_network(arch: str, num_classes: int, cifar_stem: bool) -> nn.Module:
         # 32×32 images: a 3×3 stride-1 first convolution and no max-pool keep layer1 at 32×32, not 8×8
         net.conv1 = nn.Conv2d(3, net.conv1.out_channels, kernel_size=3, stride=1, padding=1, bias=False)
         net.maxpool = nn.Identity()
-    return net
+    try:  # one image through the network now, not a traceback at the first step (ViTs: 224 only; Inception: ≥75)
+        with torch.no_grad():
+            net.eval()(torch.zeros(1, 3, SIZE, SIZE))
+    except (RuntimeError, AssertionError, ValueError) as e:
+        raise UserError(
+            f"model.arch={arch!r} cannot take the data's {SIZE}×{SIZE} images ({str(e).splitlines()[0]}); "
+            "pick a model that can, e.g. resnet18, resnet50, mobilenet_v3_small, efficientnet_b0"
+        ) from None
+    return net.train()
 
 
 def warmup_cosine(step: int, total: int, warmup: int) -> float:

@@ -1,20 +1,26 @@
 """Checkpoints a restarted job resumes from: last.ckpt every N steps, at each epoch end and on SIGTERM, written
-atomically, with the random-number states.
+atomically.
 
-SageMaker syncs /opt/ml/checkpoints to checkpoint_s3_uri and restores it on a restarted (spot) job; the runtime's
-LightningCLI resumes from last.ckpt there (cli.py).
+SageMaker syncs /opt/ml/checkpoints (or the job's checkpoint_local_path) to checkpoint_s3_uri and restores it on a
+restarted (spot) job; the runtime's LightningCLI resumes from last.ckpt there (cli.py), or from the newest checkpoint
+that can be resumed from when last.ckpt cannot. checkpoint.dirpath may be an s3:// URL as well.
 
     python app/example/train.py ... --checkpoint.dirpath ckpts --last_checkpoint_every_n_steps 50
 """
 
+import io
+import json
 import os
-import random
 import time
+import zipfile
+from collections.abc import Mapping
 
-import numpy as np
+import fsspec
+import fsspec.implementations.local
 import torch
 
 from sagemaker_lightning.callbacks import say
+from sagemaker_lightning.failure import UserError
 from sagemaker_lightning.flavor import attribute
 
 
@@ -38,28 +44,6 @@ class AtomicCheckpointIO:
         os.replace(partial, path)
 
 
-def rng_states() -> dict:
-    """Tensors and plain values only: Lightning loads checkpoints with torch.load(weights_only=True)."""
-    kind, keys, position, has_gauss, gauss = np.random.get_state()
-    states = {
-        "torch": torch.get_rng_state(),
-        "numpy": [kind, torch.from_numpy(keys.copy()), position, has_gauss, gauss],
-        "python": random.getstate(),
-    }
-    if torch.cuda.is_available():
-        states["cuda"] = torch.cuda.get_rng_state_all()
-    return states
-
-
-def set_rng_states(states: dict) -> None:
-    torch.set_rng_state(states["torch"])
-    kind, keys, position, has_gauss, gauss = states["numpy"]
-    np.random.set_state((kind, keys.numpy(), position, has_gauss, gauss))
-    random.setstate(states["python"])
-    if "cuda" in states and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(states["cuda"])
-
-
 AUTO_INTERVAL_S = 60  # where no SIGTERM arrives: last.ckpt about this often, so a stop loses about a minute at most
 MEASURED_STEPS = 3  # steps timed (after the first, which compiles and warms up) to choose that interval
 
@@ -72,8 +56,8 @@ def interval_steps(seconds_per_step: float, target_s: float = AUTO_INTERVAL_S) -
 class LastCheckpoint:
     """last.ckpt, what a restarted job resumes from: every `every_n_steps` optimizer steps, at each epoch end, and
     when SageMaker stops the job (SIGTERM on StopTrainingJob or spot interruption: Lightning stops every rank at the
-    same step boundary, where they save it together). With the random-number states, restored at the first resumed
-    step, a resumed run continues as the uninterrupted one would.
+    same step boundary, where they save it together). The training loader's state in it (resumable.py) makes a
+    resumed run continue as the uninterrupted one would.
 
     Where SIGTERM cannot reach the training processes (`unprotected` says why: PID 1 is not the image's entrypoint,
     as under SDK 3.x's driver), a stop kills them without warning: every_n_steps=None then means about every
@@ -87,7 +71,6 @@ class LastCheckpoint:
         self.every_n_steps = every_n_steps if every_n_steps is not None or unprotected else 0
         self.checkpoint, self.unprotected = checkpoint, unprotected
         self._saved_step = -1
-        self._rng_to_restore = None
         self._timing = None  # (first step timed, its clock) while the interval is being measured
 
     def save(self, trainer) -> str:
@@ -143,14 +126,11 @@ class LastCheckpoint:
         if isinstance(exception, attribute(self.pl, "utilities.exceptions.SIGTERMException")):
             self.save(trainer)
 
-    def on_save_checkpoint(self, trainer, pl_module, checkpoint):
-        checkpoint["rng_states"] = rng_states()
-
     def on_load_checkpoint(self, trainer, pl_module, checkpoint):
-        self._rng_to_restore = checkpoint.get("rng_states")
         self._saved_step = checkpoint["global_step"]
         if trainer.is_global_zero:
-            say(f"resuming at epoch {checkpoint['epoch']} step {checkpoint['global_step']} from last.ckpt")
+            name = os.path.basename(str(trainer.ckpt_path))
+            say(f"resuming at epoch {checkpoint['epoch']} step {checkpoint['global_step']} from {name}")
 
     def on_train_start(self, trainer, pl_module):
         if self.unprotected and self.every_n_steps is not None:
@@ -160,12 +140,91 @@ class LastCheckpoint:
                 if self.every_n_steps
                 else "last.ckpt at each epoch's end",
             )
-        if self._rng_to_restore is not None:  # here, not at load: setting up the data since then drew random numbers
-            set_rng_states(self._rng_to_restore)
-            self._rng_to_restore = None
 
 
-def resume_path(dirpath: str) -> str | None:
-    """The checkpoint a (re)started job resumes from: last.ckpt in the checkpoint directory, when there is one."""
-    path = os.path.join(dirpath, "last.ckpt")
-    return path if os.path.isfile(path) else None
+CONFIG = "checkpointconfig.json"  # SageMaker's checkpoint settings in the job's config directory, when it has any
+NEEDED = ("state_dict", "optimizer_states", "loops", "global_step")  # what resuming a fit reads from a checkpoint
+
+
+def local_path(env: Mapping[str, str]) -> str | None:
+    """The checkpoint directory the job's CheckpointConfig names (checkpoint_local_path in the SDKs): its LocalPath in
+    checkpointconfig.json, the file SageMaker writes beside hyperparameters.json (AWS's smdebug reads it there)."""
+    path = os.path.join(env.get("SM_INPUT_CONFIG_DIR", "/opt/ml/input/config"), CONFIG)
+    try:
+        with open(path) as f:
+            return json.load(f).get("LocalPath") or None
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+class Unresumable(Exception):
+    """Why a checkpoint cannot be resumed from."""
+
+
+def resumable_step(fs, path: str, model: Mapping | None, strict: bool = True) -> int:
+    """The global step of the checkpoint at `path` (on filesystem `fs`); raises Unresumable when a fit cannot resume
+    from it: it must load, hold what a fit resumes from and, when `model` (its state dict) is given, fit the model."""
+    try:
+        if isinstance(fs, fsspec.implementations.local.LocalFileSystem):
+            # a complete file in torch.save's zip format is mapped, its tensors not read
+            mmap = zipfile.is_zipfile(path)
+            checkpoint = torch.load(path, map_location="cpu", mmap=mmap, weights_only=False)
+        else:
+            with fs.open(path, "rb") as f:
+                checkpoint = torch.load(io.BytesIO(f.read()), map_location="cpu", weights_only=False)
+    except Exception as e:
+        raise Unresumable(f"it does not load ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})") from e
+    if not isinstance(checkpoint, dict) or (missing := [k for k in NEEDED if k not in checkpoint]):
+        raise Unresumable(
+            f"it is not a Lightning checkpoint to resume from (no {missing[0] if isinstance(checkpoint, dict) else 'dict'})"
+        )
+    saved = checkpoint["state_dict"]
+    for key, tensor in (model or {}).items():  # a model whose layers are made later (configure_model) has none yet
+        if key not in saved:
+            if strict:
+                raise Unresumable(f"it was written by another model: the model's {key} is not in it")
+        elif not isinstance(tensor, torch.nn.parameter.UninitializedParameter) and saved[key].shape != tensor.shape:
+            raise Unresumable(
+                f"it was written by another model: {key} is {tuple(saved[key].shape)} there, "
+                f"{tuple(tensor.shape)} in the model"
+            )
+    if model and strict and (extra := [k for k in saved if k not in model]):
+        raise Unresumable(f"it was written by another model: its {extra[0]} is not in the model")
+    return int(checkpoint["global_step"])
+
+
+def resume_path(dirpath: str, model: Mapping | None = None, strict: bool = True, announce: bool = True) -> str | None:
+    """The checkpoint a (re)started job resumes from, in `dirpath` (a directory, or an fsspec URL such as
+    s3://bucket/prefix): last.ckpt, else (it is missing, or cannot be resumed from: resumable_step) the checkpoint
+    there with the highest step that can be, said in one line when `announce`; None when there is no checkpoint.
+    Raises UserError naming last.ckpt (or another checkpoint) and why, when none can be resumed from."""
+    fs, root = fsspec.core.url_to_fs(dirpath)
+    try:
+        names = sorted(os.path.basename(p.rstrip("/")) for p in fs.ls(root, detail=False))
+    except FileNotFoundError:
+        return None
+    names = sorted((n for n in names if n.endswith(".ckpt") and not n.startswith(".")), key=lambda n: n != "last.ckpt")
+    steps, problems = {}, {}
+    for name in names:
+        try:
+            steps[name] = resumable_step(fs, f"{root}/{name}", model, strict)
+        except Unresumable as e:
+            problems[name] = str(e)
+        if name == "last.ckpt" and name in steps:
+            break  # the usual case: the others need not be read
+    url = {name: dirpath.rstrip("/") + "/" + name for name in names}
+    if not steps:
+        if not problems:
+            return None
+        name, why = next(iter(problems.items()))
+        raise UserError(
+            f"cannot resume from {url[name]}: {why}; delete it (and its copy under the job's checkpoint_s3_uri), or "
+            "set checkpoint.dirpath to another location to start afresh"
+        )
+    newest = "last.ckpt" if "last.ckpt" in steps else max(steps, key=steps.get)
+    if newest != "last.ckpt" and announce:
+        why = f"{problems['last.ckpt']}" if "last.ckpt" in problems else "there is none"
+        say(
+            f"resuming from {url[newest]} (step {steps[newest]}), the newest checkpoint that can be: not from last.ckpt, {why}"
+        )
+    return url[newest]

@@ -22,10 +22,13 @@ scale_lr_by_world_size) and one-line failures. On SageMaker, in this order:
 """
 
 import functools
+import logging
 import os
+import re
 import socket
 import sys
 import tempfile
+import time
 import traceback
 from collections.abc import Mapping
 
@@ -35,6 +38,7 @@ from sagemaker_lightning.export import Export
 from sagemaker_lightning.plan import DEFAULT_TIMEOUT_S, Plan, check_world_size, make_plan
 
 SUBCOMMANDS = ("fit", "validate", "test", "predict")
+LOST_PEER_WAIT_S = 3  # for a process of Lightning's launcher to end, when this one failed in a collective
 DEFAULT_DATA_KEY = "data_dir"  # the data module's argument that receives the data channel, unless data_channels says
 
 
@@ -80,7 +84,7 @@ class LightningCLI:
     def fail(self, e: BaseException, tb=None) -> int:
         """Report `e` in one line (failure.EXCEPTIONS) and return the exit code."""
         trainer = getattr(self, "trainer", None)
-        line, code, show_traceback = failure.explain(
+        line, code, show_traceback, file = failure.explain(
             e,
             stage=self._stage,
             plan=self.plan,
@@ -90,10 +94,11 @@ class LightningCLI:
             accelerator=self._setting("trainer.accelerator"),
             cuda_available=_cuda_available(),
             help=f"python {os.path.basename(sys.argv[0])} --help",
+            ended=ended_children(trainer, wait_s=LOST_PEER_WAIT_S if isinstance(e, RuntimeError) else 0),
         )
         if show_traceback:
             traceback.print_exception(type(e), e, tb or e.__traceback__)
-        failure.report(line)
+        failure.report(line, env=os.environ if file else {})
         return code
 
     def _setting(self, key: str):
@@ -139,7 +144,7 @@ class LightningCLI:
         if isinstance(args, Mapping) or hasattr(args, "as_dict"):
             return super().parse_arguments(parser, args)  # a structured configuration: as the project gives it
         argv = list(sys.argv[1:] if args is None else args)
-        self.plan = make_plan(os.environ, _interfaces())
+        self.plan = make_plan(os.environ, _interfaces(), checkpoint_dir=checkpoints.local_path(os.environ))
         if self.plan.on_sagemaker:
             argv = hyperparameters.merge(argv, hyperparameters.read(os.environ))
         position = _options_start(argv, parser)
@@ -181,7 +186,13 @@ class LightningCLI:
         trainer = config["trainer"]
         workers = next((config[k] for k in ("data.num_workers", "data.init_args.num_workers") if k in config), True)
         self.plan = make_plan(
-            os.environ, _interfaces(), trainer.accelerator, trainer.devices, config["dist_timeout"], bool(workers)
+            os.environ,
+            _interfaces(),
+            trainer.accelerator,
+            trainer.devices,
+            config["dist_timeout"],
+            checkpoints.local_path(os.environ),
+            bool(workers),
         )
         if self.plan.on_sagemaker:
             for key, value in self.plan.env.items():
@@ -199,6 +210,8 @@ class LightningCLI:
             if _global_rank_zero(self.plan, os.environ):
                 say(self.plan.line())
             signals.register(os.getpid())  # the image's entrypoint passes SIGTERM on to this process
+            if self.plan.launcher == "process":
+                EndedChild(self.plan).attach()  # a local rank killed for memory is named, not this process
         check_writable({k: config.get(k) for k in ("model_dir", "checkpoint.dirpath", "logger.save_dir")})
         super().instantiate_classes()
         self._stage = "train"
@@ -231,12 +244,13 @@ class LightningCLI:
         if self.plan.on_sagemaker:
             overridden = flavor.attribute(self.pl, "utilities.model_helpers.is_overridden")
             resumable.make_training_loader_resumable(self.datamodule or self.model, trainer, overridden)
-        if (
-            model_checkpoint
-            and model_checkpoint.dirpath
-            and (path := checkpoints.resume_path(model_checkpoint.dirpath))
-        ):
-            trainer.ckpt_path = path  # fit() resumes from it unless given another ckpt_path
+        if model_checkpoint and model_checkpoint.dirpath:
+            strict = getattr(self.model, "strict_loading", True)
+            path = checkpoints.resume_path(
+                model_checkpoint.dirpath, self.model.state_dict(), strict, trainer.is_global_zero
+            )
+            if path:
+                trainer.ckpt_path = path  # fit() resumes from it unless given another ckpt_path
         return trainer
 
     def _config_yaml(self) -> str:
@@ -260,6 +274,46 @@ def _options_start(argv: list[str], parser) -> int | None:
         else:
             return None  # a positional that is not a subcommand: the parser says what is wrong
     return None
+
+
+def ended_children(trainer, wait_s: float = 0) -> list[tuple[int, int]]:
+    """(local rank, exit code) of each process that Lightning's process launcher started here (local ranks 1..) and
+    that ended with an error, waiting up to `wait_s` for one: a killed process's connections close before it ends."""
+    procs = getattr(getattr(getattr(trainer, "strategy", None), "launcher", None), "procs", None) or []
+    deadline = time.monotonic() + wait_s
+    while not (ended := [(rank, p.returncode) for rank, p in enumerate(procs, start=1) if p.poll()]):
+        if not procs or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    return ended
+
+
+class EndedChild(logging.Filter):
+    """Lightning's process launcher checks its processes every few seconds; when one has ended with an error it logs
+    so, then SIGKILLs them all, this one included (on GPUs the others wait in a collective meanwhile): the failure line
+    is written on that log record, before the kill."""
+
+    LOGGERS = [
+        f"{fabric}.strategies.launchers.subprocess_script" for fabric in ("lightning_fabric", "lightning.fabric")
+    ]
+    RECORD = re.compile(r"\[rank: (\d+)\] Child process with PID \d+ terminated with code (-?\d+)")
+
+    def __init__(self, plan: Plan):
+        super().__init__()
+        self.plan = plan
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if found := self.RECORD.search(record.getMessage()):
+            local_rank, code = int(found[1]), int(found[2])
+            rank = self.plan.node_rank * self.plan.processes_per_host + local_rank
+            failure.report(failure.process_ended(self.plan.host, rank, local_rank, code))
+        return True
+
+    def attach(self) -> None:
+        for name in self.LOGGERS:
+            logger = logging.getLogger(name)
+            logger.setLevel(logging.INFO)  # the record is an INFO one: seen even where Lightning is made quieter
+            logger.addFilter(self)
 
 
 def _global_rank_zero(plan: Plan, env: Mapping[str, str]) -> bool:

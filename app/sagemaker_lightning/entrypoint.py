@@ -10,6 +10,7 @@ command itself. Before the command starts, inside a SageMaker job (resourceconfi
     mounted over /opt/ml/code in local mode), else the image's example (copied into /opt/ml/code, run as train.py);
   - every host name must resolve within dist_timeout (a hyperparameter, default 600 s), or the job fails naming the
     host: the toolkit alone would wait 15 minutes for a host whose container never started;
+  - an MPI job's SSH keys, made now and exchanged with the job's other hosts (ssh.py): the image holds none;
   - a network interface the job names but the container lacks (SDK 3.x local mode writes "ethwe") is replaced in
     resourceconfig.json by the default route's, before the toolkit passes it to mpirun and NCCL;
   - processes see the SageMaker host name (algo-N) in gethostname(), as MPI and NCCL name hosts by it (the
@@ -19,6 +20,7 @@ SDK 3.x with SourceCode replaces this entrypoint with its own driver: none of th
     docker run --rm sagemaker-lightning train          # what SageMaker runs
 """
 
+import collections
 import json
 import os
 import shutil
@@ -26,9 +28,10 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 
-from sagemaker_lightning import failure, hyperparameters, signals
+from sagemaker_lightning import failure, hyperparameters, signals, ssh
 from sagemaker_lightning.plan import DEFAULT_TIMEOUT_S
 
 BASE = os.environ.get("SAGEMAKER_BASE_DIR", "/opt/ml")
@@ -39,6 +42,7 @@ OUTPUT = os.path.join(BASE, "output")  # the failure file's directory
 EXAMPLE = os.environ.get("SAGEMAKER_LIGHTNING_EXAMPLE", "/opt/sagemaker-lightning/example")  # the image's example
 PRELOAD_READS = "/opt/ml/input/config/resourceconfig.json"  # the one path the host-name library reads
 STOP_GRACE_S = 110  # after SIGTERM: SageMaker kills the container 120 s after signalling it
+LOG_TAIL_LINES = 300  # of the command's output, kept for the failure line: launchers print their summaries there
 LEFTOVER_GRACE_S = 10  # after the command ends: daemons it left (sshd for MPI) get this long to exit
 
 
@@ -107,6 +111,8 @@ def prepare_job(env: dict) -> None:
             f"host {missing} did not come up within dist_timeout={timeout} s (its name does not resolve): "
             "its container did not start; see its log"
         )
+    if ssh.needed(given):  # before the toolkit starts sshd: this job's keys, exchanged with its other hosts
+        ssh.prepare(config["hosts"], config["current_host"], timeout, os.path.expanduser("~/.ssh"))
     with open("/proc/net/route") as f:
         fallback = default_interface(f.read())
     fixed = repaired(config, {name for _, name in socket.if_nameindex()}, fallback)
@@ -127,9 +133,9 @@ def prepare_job(env: dict) -> None:
     env["LD_PRELOAD"] = " ".join(filter(None, [env.get("LD_PRELOAD"), gethostname.__file__]))
 
 
-def one_line_failure(code: int) -> None:
+def one_line_failure(code: int, log: str = "") -> None:
     """After a failed command: the failure file holds one line. The toolkit leaves its traceback there (or, when
-    it died first, nothing); failure.toolkit turns that into the line."""
+    it died first, nothing); failure.toolkit turns that, and the end of the command's output `log`, into the line."""
     path = os.path.join(OUTPUT, "failure")
     try:
         with open(path) as f:
@@ -138,10 +144,24 @@ def one_line_failure(code: int) -> None:
         text = f"exit code {code}"
     with open(RESOURCE_CONFIG) as f:
         host = json.load(f).get("current_host", "?")
-    if (line := failure.toolkit(text, host, CODE)) is not None:
+    if (line := failure.toolkit(text, host, CODE, log)) is not None:
         if os.path.exists(path):
             os.remove(path)
         failure.report(line, output_dir=OUTPUT)
+
+
+def copy(stream, to, tail: collections.deque) -> threading.Thread:
+    """A thread that copies `stream` to `to` line by line as it comes, keeping the last lines in `tail`."""
+
+    def run() -> None:
+        for line in iter(stream.readline, b""):
+            to.buffer.write(line)
+            to.flush()
+            tail.append(line)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread
 
 
 def main() -> int:
@@ -158,7 +178,13 @@ def main() -> int:
             return failure.report(
                 f"the image's entrypoint cannot prepare the job: {type(e).__name__}: {e}", output_dir=OUTPUT
             )
-    child = subprocess.Popen(command, env=env, start_new_session=os.getpid() != 1)
+    # in a job the command's output passes through here, its end kept for the failure line
+    pipe = subprocess.PIPE if in_job else None
+    child = subprocess.Popen(command, env=env, stdout=pipe, stderr=pipe, start_new_session=os.getpid() != 1)
+    tail: collections.deque[bytes] = collections.deque(maxlen=LOG_TAIL_LINES)
+    copies = [
+        copy(stream, to, tail) for stream, to in ((child.stdout, sys.stdout), (child.stderr, sys.stderr)) if stream
+    ]
     deadline, stopped_by = None, None
 
     def leftovers() -> None:  # after the command: daemons it started (sshd for MPI)
@@ -193,13 +219,15 @@ def main() -> int:
             if deadline is not None and time.monotonic() > deadline:
                 break
             time.sleep(0.1)
+    for thread in copies:  # the last lines (daemons the command left, such as sshd, may hold the pipes open)
+        thread.join(timeout=2)
     if stopped_by:
         return 128 + stopped_by  # stopped: whatever the command made of it
     if code is None:
         return 128 + signal.SIGKILL  # the command outlived the grace period
     code = code if code >= 0 else 128 - code
     if code and in_job:
-        one_line_failure(code)
+        one_line_failure(code, b"".join(tail).decode(errors="replace"))
     return code
 
 

@@ -130,6 +130,36 @@ def _out_of_memory(e: BaseException, ctx: dict) -> str:
     )
 
 
+KILLED = (
+    "was killed with SIGKILL, most often by the kernel's out-of-memory killer; lower data.batch_size or "
+    "data.num_workers, or use an instance with more memory"
+)
+
+
+def process_ended(host: str, rank: int, local_rank: int, code: int) -> str:
+    """The line for training process `rank` that ended with `code` (as subprocess reports it: -9 for SIGKILL)."""
+    what = KILLED if code in (-9, 137) else f"exited with code {code}; its log shows why"
+    return f"training process rank {rank} (local rank {local_rank}) on host {host} {what}"
+
+
+def _ended_child(e: BaseException, ctx: dict) -> str | None:
+    """Under Lightning's process launcher a peer lost on this host is one of its own processes (local ranks 1..)."""
+    plan, ended = ctx.get("plan"), ctx.get("ended")
+    if not ended or plan is None:
+        return None
+    local_rank, code = ended[0]
+    return process_ended(plan.host, plan.node_rank * plan.processes_per_host + local_rank, local_rank, code)
+
+
+def _lost_local_peer(e: BaseException, ctx: dict) -> str | None:
+    """Under torchrun or mpirun, a lost peer on this very host: one of the launcher's processes, which it names."""
+    plan = ctx.get("plan")
+    if plan is None or plan.launcher not in ("torchrun", "mpirun"):
+        return None
+    line = _lost_peer(e, ctx)
+    return line if line and f"host {plan.host} during training" in line else None
+
+
 def _lost_peer(e: BaseException, ctx: dict) -> str | None:
     plan = ctx.get("plan")
     if plan is None or not plan.on_sagemaker:
@@ -137,53 +167,61 @@ def _lost_peer(e: BaseException, ctx: dict) -> str | None:
     return peer_failure(plan, str(e), ctx.get("resolve") or (lambda host: host))
 
 
+DISTRIBUTED = ("DistError", "DistBackendError", "DistNetworkError", "RuntimeError")  # what a lost peer raises
 STOPPED = (
     "stopped by SIGTERM (StopTrainingJob or a spot interruption) after saving last.ckpt; "
     "a job restarted with the same checkpoint location resumes from it"
 )
 
-# (matches the exception, its line (None: not this row), exit code, print the traceback too) — first match wins
-EXCEPTIONS: list[tuple[Callable[[BaseException], bool], Callable[[BaseException, dict], str | None], int, bool]] = [
-    (lambda e: _user_error(e) is not None, lambda e, ctx: str(_user_error(e)), 1, False),
+# (matches the exception, its line (None: not this row), exit code, print the traceback too, the line goes to the
+# failure file too) — first match wins
+EXCEPTIONS: list[
+    tuple[Callable[[BaseException], bool], Callable[[BaseException, dict], str | None], int, bool, bool]
+] = [
+    (lambda e: _user_error(e) is not None, lambda e, ctx: str(_user_error(e)), 1, False, True),
     (
         _named("ArgumentError"),
         lambda e, ctx: f"bad hyperparameter: {argument_problem(str(e))}; {ctx.get('help', '--help')} lists them",
         1,
         False,
+        True,
     ),
-    (_named("SIGTERMException"), lambda e, ctx: STOPPED, SIGTERM_EXIT, False),
-    (_named("OutOfMemoryError"), _out_of_memory, 1, False),
+    (_named("SIGTERMException"), lambda e, ctx: STOPPED, SIGTERM_EXIT, False, True),
+    (_named("OutOfMemoryError"), _out_of_memory, 1, False, True),
     # while the classes are built from the configuration, these mean a value the class refused
     (
         lambda e: _named("MisconfigurationException", "ValueError", "TypeError")(e),
         lambda e, ctx: _configuration(e, ctx) if ctx.get("stage") == "configure" else None,
         1,
         False,
+        True,
     ),
-    (_named("DistError", "DistBackendError", "DistNetworkError", "RuntimeError"), _lost_peer, 1, False),
-    (lambda e: True, lambda e, ctx: f"{type(e).__name__}: {e}", 1, True),  # unforeseen: its traceback, then the line
+    (_named(*DISTRIBUTED), _ended_child, 1, False, True),
+    # torchrun and mpirun name a process of theirs that died (TOOLKIT below): the file is theirs
+    (_named(*DISTRIBUTED), _lost_local_peer, 1, False, False),
+    (_named(*DISTRIBUTED), _lost_peer, 1, False, True),
+    (lambda e: True, lambda e, ctx: f"{type(e).__name__}: {e}", 1, True, True),  # unforeseen: its traceback, the line
 ]
 
 
-def explain(e: BaseException, **ctx) -> tuple[str, int, bool]:
-    """The failure line for `e`, the exit code and whether its traceback belongs in the log. ctx: stage ("configure"
-    or "train"), plan, resolve (host → address), host, rank, accelerator, cuda_available, help."""
-    for matches, line, code, traceback in EXCEPTIONS:
+def explain(e: BaseException, **ctx) -> tuple[str, int, bool, bool]:
+    """The failure line for `e`, the exit code, whether its traceback belongs in the log and whether the line goes
+    to the failure file too. ctx: stage ("configure" or "train"), plan, resolve (host → address), host, rank,
+    accelerator, cuda_available, help, ended ((local rank, exit code) of the process launcher's processes that
+    ended with an error)."""
+    for matches, line, code, traceback, file in EXCEPTIONS:
         if matches(e) and (text := line(e, ctx)) is not None:
-            return text, code, traceback
+            return text, code, traceback, file
     raise AssertionError("the last row matches everything")
 
 
 # ---- what the toolkit or a launcher left behind ----------------------------------------------------------------------
 
-KILLED = (
-    "was killed with SIGKILL, most often by the kernel's out-of-memory killer; lower data.batch_size or "
-    "data.num_workers, or use an instance with more memory"
-)
-
-# (pattern in the toolkit's failure text or a launcher's summary, its line from the match and the code directory
-# (None: not this row)); first match wins
-TOOLKIT: list[tuple[str, Callable[[re.Match, str, str], str | None]]] = [
+# (pattern, its line from the match, the host and the code directory (None: not this row), where to look: "failure"
+# the toolkit's failure text, "log" the end of the job's log too (the launchers' summaries are only there: the
+# toolkit's failure text under torchrun is `ExitCode 1 ErrorMessage "" Command "torchrun ..."`, seen with
+# sagemaker-training 5.1.4 and torch 2.14.1)); first match wins
+TOOLKIT: list[tuple[str, Callable[[re.Match, str, str], str | None], str]] = [
     # the program is not in the job's source directory: python "can't open file", the toolkit's Command line
     (
         r"can't open file '[^']*?([^/']+)'|Command \"\S+ -- (\S+?)\"",
@@ -192,32 +230,39 @@ TOOLKIT: list[tuple[str, Callable[[re.Match, str, str], str | None]]] = [
             if os.path.exists(os.path.join(code, m[1] or m[2]))
             else f"the entry point {m[1] or m[2]!r} is not in the job's source directory; set entry_point (SDK 2.x) or entry_script (SDK 3.x) to a file of source_dir"
         ),
+        "failure",
     ),
-    # torchrun's summary: "rank: 1 (local_rank: 1) ... exitcode: -9 ... Signal 9 (SIGKILL) received by PID"
+    # torchrun's summary, one block per failed process: "rank : 1 (local_rank: 1)" then "exitcode : -9 (pid: 25966)
+    # (SIGKILL)"; the first block need not be the cause (the others are ended with SIGTERM)
     (
-        r"rank\s*:\s*(\d+) \(local_rank: (\d+)\)[\s\S]*?(?:exitcode\s*:\s*-9\b|Signal 9 \(SIGKILL\))",
-        lambda m, host, code: f"training process rank {m[1]} (local rank {m[2]}) on host {host} {KILLED}",
+        r"rank\s*:\s*(\d+) \(local_rank: (\d+)\)\s*\n\s*exitcode\s*:\s*-9\b",
+        lambda m, host, code: process_ended(host, int(m[1]), int(m[2]), -9),
+        "log",
     ),
     # mpirun: "mpirun noticed that process rank 1 with PID 123 on node algo-2 exited on signal 9 (Killed)."
     (
         r"process rank (\d+) with PID \d+ on node (\S+) exited on signal 9",
         lambda m, host, code: f"training process rank {m[1]} on host {m[2]} {KILLED}",
+        "log",
     ),
     # the Process runner: the program itself was killed (exit code 137 or -9)
     (
         r"ExitCode\s*(?:137|-9)\b|exit code[: ]+(?:137|-9)\b",
         lambda m, host, code: f"the training process on host {host} {KILLED}",
+        "failure",
     ),
     (
         r"InstallRequirementsError|pip install -r requirements\.txt",
         lambda m, host, code: (
             f"installing the job's requirements.txt failed on host {host}: {_pip_reason(m.string)}; fix requirements.txt in the source directory (the log shows pip's output)"
         ),
+        "failure",
     ),
     # an exception the program did not turn into a line of its own: its last line
     (
         r"(?m)^(\w+(?:Error|Exception)): (.+)$",
         lambda m, host, code: f"the training program on host {host} failed: {_last_exception(m.string)}",
+        "failure",
     ),
 ]
 
@@ -232,14 +277,15 @@ def _pip_reason(text: str) -> str:
     return found[-1].strip() if found else "pip failed"
 
 
-def toolkit(text: str, host: str, code_dir: str) -> str | None:
+def toolkit(text: str, host: str, code_dir: str, log: str = "") -> str | None:
     """The one line for what the toolkit (or a launcher under it) wrote when the training program failed; None for
-    text that is already one line of ours. `code_dir`: where the job's code is (/opt/ml/code)."""
+    text that is already one line of ours. `code_dir`: where the job's code is (/opt/ml/code); `log`: the end of the
+    job's output."""
     lines = [line for line in text.strip().splitlines() if line.strip()]
     if len(lines) == 1 and not re.search(r"ExecuteUserScriptError|InstallRequirementsError|Framework Error", text):
         return None
-    for pattern, line in TOOLKIT:
-        for match in re.finditer(pattern, text):
+    for pattern, line, where in TOOLKIT:
+        for match in re.finditer(pattern, text if where == "failure" else f"{text}\n{log}"):
             if (found := line(match, host, code_dir)) is not None:
                 return found
     return (

@@ -225,10 +225,14 @@ def make_plan(
     accelerator: str = "auto",
     devices="auto",
     timeout_s: int = DEFAULT_TIMEOUT_S,
+    checkpoint_dir: str | None = None,
     workers: bool = True,
 ) -> Plan:
     """The plan for this process. `interfaces`: the network interfaces here; `accelerator`, `devices`: the trainer's
-    settings (resolved from every source: YAML, --config, arguments); `workers`: whether DataLoader workers fork."""
+    settings (resolved from every source: YAML, --config, arguments); `checkpoint_dir`: the job's checkpoint_local_path
+    (checkpoints.local_path), when it names one; `workers`: whether DataLoader workers fork."""
+    if timeout_s <= 0:  # off SageMaker too: the strategy gets it
+        raise UserError(f"dist_timeout={timeout_s} must be a positive number of seconds, e.g. 600")
     mode = launcher(env)
     if mode == "none":
         return Plan(
@@ -244,8 +248,6 @@ def make_plan(
                 "set processes_per_host in the distribution to the same number on every host"
             )
         node_rank = int(env["OMPI_COMM_WORLD_RANK"]) // per_host  # mpirun fills each host's slots in host order
-    if timeout_s <= 0:
-        raise UserError(f"dist_timeout={timeout_s} must be a positive number of seconds, e.g. 600")
     out = _rank_env(env, mode, names, node_rank, per_host)
     out.update(network_env(env, interfaces, workers))
     base = env.get("SAGEMAKER_BASE_DIR", "/opt/ml")  # the toolkit's root, movable for tests
@@ -262,7 +264,7 @@ def make_plan(
         timeout_s=timeout_s,
         channels={name: env[f"SM_CHANNEL_{name.upper()}"] for name in json.loads(env.get("SM_CHANNELS") or "[]")},
         data_channel=env.get("DATA_CHANNEL", DEFAULT_CHANNEL),
-        checkpoint_dir=os.path.join(base, "checkpoints"),
+        checkpoint_dir=checkpoint_dir or os.path.join(base, "checkpoints"),
         model_dir=env.get("SM_MODEL_DIR"),
         output_data_dir=env.get("SM_OUTPUT_DATA_DIR"),
         env=out,

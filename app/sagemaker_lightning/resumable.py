@@ -12,68 +12,96 @@ a loader that already has a state_dict is the project's own and is left as it is
 import inspect
 import itertools
 import os
+import random
+from collections.abc import Callable, Iterator
 
+import numpy as np
+import torch
 from torch.utils.data import DataLoader, DistributedSampler, RandomSampler, SequentialSampler
 
 
 class ResumableEpoch:
     """A training iterable that resumes mid-epoch where a checkpoint left it. Lightning saves its state_dict() in
-    each checkpoint and gives it back on resume; the next epoch iterated then skips the batches already trained on.
+    each checkpoint and gives it back on resume; the epoch it then continues skips the batches already trained on.
     The order is the same: the sampler's permutation depends only on its seed and epoch. Handed out means trained
-    on: Lightning takes no batches ahead from an iterable whose length it knows."""
+    on: Lightning takes no batches ahead from an iterable whose length it knows.
+
+    Which epoch continues is Lightning's to say (it sets the sampler's epoch when an epoch starts): a checkpoint
+    written on an epoch's last batch, or during the validation after it, holds an epoch whose batches all ran, which
+    Lightning counts as done; the next epoch then starts whole.
+
+    Before each batch the random-number generators (torch's on every device, numpy's, Python's) are seeded from the
+    sampler's seed, the epoch and the batch's index: what the batch and its training step draw (augmentation in
+    this process, dropout) is then the same in a resumed run as in the uninterrupted one, whatever ran in between
+    (a validation draws too) and wherever the checkpoint was written."""
 
     sampler: DistributedSampler
-    _skip_next = 0  # batches to skip in the next epoch iterated: set by load_state_dict
+    _resume: tuple[int, int] | None = None  # (epoch, batches handed out) from the checkpoint: set by load_state_dict
     _handed_out = 0  # batches handed out in the current epoch
 
     def state_dict(self) -> dict:
         return {"epoch": self.sampler.epoch, "batches": self._handed_out}
 
     def load_state_dict(self, state: dict) -> None:
-        self.sampler.set_epoch(state["epoch"])
-        self._skip_next = state["batches"]
+        self._resume = (state["epoch"], state["batches"])
 
-    def _start_epoch(self) -> int:
-        """How many batches this epoch skips (0 but right after a resume)."""
-        skip, self._skip_next = self._skip_next, 0
-        self._handed_out = skip
-        return skip
+    def _epoch(self, batches: Callable[[int], Iterator]) -> Iterator:
+        """This epoch's batches, `batches(skip)` giving them from the first not skipped. Made when the first one is
+        asked for, not at iter(): on resume Lightning calls iter() before it sets the epoch."""
+        resume, self._resume = self._resume, None
+        self._handed_out = resume[1] if resume and resume[0] == self.sampler.epoch else 0
+        iterator = batches(self._handed_out)
+        while True:
+            seed_all(hash((self.sampler.seed, self.sampler.epoch, self._handed_out)))
+            try:
+                batch = next(iterator)
+            except StopIteration:
+                return
+            self._handed_out += 1
+            yield batch
 
-    def _hand_out(self, batch):
-        self._handed_out += 1
-        return batch
+
+def seed_all(seed: int) -> None:
+    """Seed torch (every device), numpy and Python's random from one integer."""
+    seed &= 0xFFFF_FFFF_FFFF_FFFF
+    torch.manual_seed(seed)
+    np.random.seed(seed % 2**32)
+    random.seed(seed)
 
 
 class SkipFirst:
-    """A batch sampler that leaves out the first `n` batches of its first iteration only (persistent DataLoader
-    workers keep iterating the same batch sampler epoch after epoch)."""
+    """A loader's batch sampler less its first `loader._skipping` batches, read at each iteration: a DataLoader
+    iterator iterates its batch sampler twice when it starts worker processes, and persistent workers' iterator
+    again at each epoch."""
 
-    def __init__(self, batches, n: int):
-        self.batches, self.n = batches, n
+    def __init__(self, loader: "ResumableDataLoader", batches):
+        self.loader, self.batches = loader, batches
 
     def __len__(self) -> int:
-        return len(self.batches) - self.n
+        return len(self.batches) - self.loader._skipping
 
     def __iter__(self):
-        n, self.n = self.n, 0
-        return itertools.islice(iter(self.batches), n, None)
+        return itertools.islice(iter(self.batches), self.loader._skipping, None)
 
 
 class ResumableDataLoader(ResumableEpoch, DataLoader):
     """A DataLoader that resumes mid-epoch: the batches already trained on are skipped as indices, never loaded."""
 
-    _skipping = 0
+    _skipping = 0  # batches the iterator made now leaves out
 
     @property
     def _index_sampler(self):
-        batches = super()._index_sampler
-        return SkipFirst(batches, self._skipping) if self._skipping else batches
+        return SkipFirst(self, super()._index_sampler)
 
     def __iter__(self):
-        self._skipping = self._start_epoch()
-        iterator = super().__iter__()  # takes _index_sampler now
-        self._skipping = 0
-        return map(self._hand_out, iterator)
+        return self._epoch(self._skipping_first)
+
+    def _skipping_first(self, n: int) -> Iterator:
+        self._skipping = n
+        try:
+            return super().__iter__()  # iterates _index_sampler now
+        finally:
+            self._skipping = 0
 
 
 SAMPLING = ("self", "dataset", "shuffle", "sampler", "batch_sampler")  # replaced by the resumable sampler

@@ -4,9 +4,12 @@ never comes up, no network, and no credentials in the image or its logs."""
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
+import tarfile
 import time
+from collections.abc import Iterator
 
 import pytest
 import torch
@@ -71,6 +74,11 @@ def finish(proc: subprocess.Popen, lines: list[str]) -> str:
     return "".join(lines)
 
 
+def partial_files(directory) -> list[str]:
+    """Temporary files of checkpoint writes (checkpoints.AtomicCheckpointIO names them .<name>.partial)."""
+    return [p for p in os.listdir(directory) if p.endswith(".partial")]
+
+
 def final(output: str) -> tuple[str, int]:
     (digest, step), *_ = re.findall(r"rank 0/\d+ host \S+: weights (\w+) at step (\d+)", output)
     return digest, int(step)
@@ -89,13 +97,10 @@ def test_a_killed_job_resumes_where_its_last_checkpoint_left_it(image, archive_d
     subprocess.run(["docker", "kill", *containers(image)], check=True, capture_output=True)
     finish(first, lines)
     assert first.returncode != 0
-    saved = sorted(p for p in os.listdir(ckpts) if p.endswith(".ckpt"))
-    assert "last.ckpt" in saved and not [
-        p for p in os.listdir(ckpts) if p.endswith(".partial") and not p.startswith(".")
-    ]
+    saved = sorted(p for p in os.listdir(ckpts) if p.endswith(".ckpt") and not p.startswith("."))
     steps = {
         p: torch.load(ckpts / p, map_location="cpu", weights_only=False)["global_step"] for p in saved
-    }  # all readable
+    }  # every checkpoint under its real name is whole
     assert 4 <= steps["last.ckpt"] < 12
 
     again = start_job(image, archive_dir, tmp_path / "c", "--checkpoints", str(ckpts), *RESUMABLE)
@@ -103,6 +108,8 @@ def test_a_killed_job_resumes_where_its_last_checkpoint_left_it(image, archive_d
     assert again.returncode == 0, output[-5000:]
     assert f"resuming at epoch 0 step {steps['last.ckpt']} from last.ckpt" in output
     assert final(output) == expected  # same final step, same weights: model, optimizer, data order and RNG resumed
+    # a write the kill cut short left its temporary file (".last.ckpt.partial"); the resumed run wrote it again whole
+    assert partial_files(ckpts) == []
 
 
 def test_sigterm_saves_a_checkpoint_at_the_step_reached(image, archive_dir, tmp_path):
@@ -137,6 +144,50 @@ def test_sigterm_saves_a_checkpoint_at_the_step_reached(image, archive_dir, tmp_
         ["docker", "inspect", "-f", "{{.State.ExitCode}}", container], capture_output=True, text=True
     )
     assert exit_code.stdout.strip() == "143"  # 128 + SIGTERM: stopped, not failed silently
+
+
+def test_docker_stop_of_an_mpi_job_leaves_a_complete_checkpoint(image, archive_dir, tmp_path):
+    """mpirun with 2 processes: SIGTERM reaches the two ranks (not mpirun, which would end them first), they stop at
+    the same step and last.ckpt is written whole before the container exits."""
+    ckpts = tmp_path / "ckpts"
+    words = [w for w in RESUMABLE if not w.startswith(("last_checkpoint", "trainer.limit_train"))]
+    mpi = ["--distribution", "mpi", "--processes-per-host", "2"]
+    job = start_job(image, archive_dir, tmp_path / "out", "--checkpoints", str(ckpts), *mpi, *words,
+                    "trainer.limit_train_batches=100", "last_checkpoint_every_n_steps=3")  # fmt: skip
+    lines = read_until(job, r"saved last\.ckpt at epoch 0 step 3")
+    (container,) = containers(image)
+    subprocess.run(["docker", "stop", "--time", "120", container], check=True, capture_output=True)
+    output = finish(job, lines)
+    assert "stopped by SIGTERM (StopTrainingJob or a spot interruption) after saving last.ckpt" in output, output[
+        -5000:
+    ]
+    stopped_at = int(re.findall(r"saved last\.ckpt at epoch 0 step (\d+)", output)[-1])  # the save SIGTERM made
+    assert stopped_at > 3
+    assert torch.load(ckpts / "last.ckpt", map_location="cpu", weights_only=False)["global_step"] == stopped_at
+    assert partial_files(ckpts) == []
+    exit_code = subprocess.run(
+        ["docker", "inspect", "-f", "{{.State.ExitCode}}", container], capture_output=True, text=True
+    )
+    assert exit_code.stdout.strip() == "143"
+
+
+def test_an_mpi_rank_killed_for_memory_is_named(image, archive_dir, tmp_path):
+    """mpirun with 2 processes, rank 1 SIGKILLed (the job's own code: the example plus the tests' faults): the
+    failure line names rank 1, its host and the fix, from mpirun's own report."""
+    code = tmp_path / "code"
+    shutil.copytree(os.path.join(ROOT, "app", "example"), code, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(os.path.join(ROOT, "tests", "plugins", "faults.py"), code)
+    job = start_job(image, archive_dir, tmp_path / "out", "--source-dir", str(code), "--entry-point", "train.py",
+                    "--distribution", "mpi", "--processes-per-host", "2", *RESUMABLE,
+                    "trainer.callbacks+=faults.KillRank", "dist_timeout=60")  # fmt: skip
+    output = finish(job, [])
+    assert job.returncode != 0
+    failures = re.findall(r"ERROR: (.*)", output)
+    assert failures and re.match(
+        r"training process rank 1 on host algo-1\S* was killed with SIGKILL, most often by the kernel's "
+        r"out-of-memory killer; lower data\.batch_size",
+        failures[-1],
+    ), output[-8000:]
 
 
 def opt_ml(tmp_path, hosts, current, hyperparameters) -> dict:
@@ -276,3 +327,57 @@ def test_an_sdk3_source_code_job_stopped_as_spot_stops_it_resumes_exactly(image,
     assert again.returncode == 0, output[-5000:]
     assert f"resuming at epoch {saved // 12} step {saved} from last.ckpt" in output
     assert final(output) == expected
+
+
+def layers(saved) -> Iterator[tarfile.TarFile]:
+    """Each layer of an image in `docker save`'s stream, as an open tar stream."""
+    with tarfile.open(fileobj=saved, mode="r|") as outer:
+        for blob in outer:
+            if blob.isfile():
+                try:
+                    with tarfile.open(fileobj=outer.extractfile(blob), mode="r|*") as layer:
+                        yield layer
+                except tarfile.ReadError:
+                    pass  # a manifest or an image configuration, not a layer
+
+
+# a private key with its key material (not a mention of the marker, not a placeholder as in botocore's examples)
+PRIVATE_KEY = re.compile(rb"-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----[A-Za-z0-9+/=:,\s-]{64,}?-----END ")
+# keys a package ships for its own test suite: published with its source, they open nothing
+TEST_FIXTURES = ("opt/venv/lib/python3.11/site-packages/gevent/tests/",)
+
+
+def test_no_private_key_in_any_layer(image):
+    """Every file of every layer of the image (docker save), a later layer's deletions notwithstanding: no private
+    key of any kind (SSH, TLS), so no copy of the image opens anything. sshd's keys are made when a job starts."""
+    save = subprocess.Popen(["docker", "save", image], stdout=subprocess.PIPE)
+    found, fixtures, count = [], [], 0
+    for layer in layers(save.stdout):
+        count += 1
+        for member in layer:
+            small = member.isfile() and 0 < member.size <= 1 << 16  # keys are small files
+            if small and PRIVATE_KEY.search(layer.extractfile(member).read()):
+                (fixtures if member.name.startswith(TEST_FIXTURES) else found).append(member.name)
+    assert save.wait() == 0 and count > 3
+    assert found == [], found
+    assert fixtures  # the scan finds keys where there are some
+
+
+def test_sshd_takes_the_jobs_keys_only(image):
+    """sshd (for MPI jobs) accepts public keys only: no passwords, no keyboard-interactive, root by key only."""
+    show = subprocess.run(
+        ["docker", "run", "--rm", "--entrypoint", "sh", image, "-c",
+         "ssh-keygen -q -t ed25519 -N '' -f /etc/ssh/ssh_host_ed25519_key && /usr/sbin/sshd -T"],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert show.returncode == 0, show.stderr
+    settings = dict(line.split(" ", 1) for line in show.stdout.splitlines() if " " in line)
+    assert settings["passwordauthentication"] == "no" and settings["kbdinteractiveauthentication"] == "no"
+    assert settings["authenticationmethods"] == "publickey"
+    assert settings["permitrootlogin"] == "without-password"  # sshd -T's name for prohibit-password
+    assert settings["hostkey"] == "/etc/ssh/ssh_host_ed25519_key"
+    leftovers = subprocess.run(
+        ["docker", "run", "--rm", "--entrypoint", "sh", image, "-c", "ls /etc/ssh/ssh_host_* /root/.ssh/id_* 2>&1; true"],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert "No such file" in leftovers.stdout and "ssh_host_" not in leftovers.stdout.replace("ssh_host_*", "")

@@ -21,3 +21,37 @@ class KillRank(pl.Callback):
         rank = 0 if trainer.world_size == 1 else self.rank  # the only process of a one-process job
         if trainer.global_rank == rank and trainer.global_step == self.step:
             os.kill(os.getpid(), signal.SIGKILL)
+
+
+def entrypoint() -> int:
+    """This host's entrypoint (PID 1 in a container): the nearest ancestor running sagemaker_lightning.entrypoint."""
+    pid = os.getpid()
+    while pid > 1:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            if b"sagemaker_lightning.entrypoint" in f.read():
+                return pid
+        with open(f"/proc/{pid}/stat") as f:
+            pid = int(f.read().rsplit(")", 1)[1].split()[1])  # the parent
+    return 1
+
+
+class StopJob(pl.Callback):
+    """SIGTERM to this host's entrypoint, as SageMaker signals every host's PID 1 on StopTrainingJob and spot
+    interruption: at the start of one step, or during the validation after it."""
+
+    def __init__(self, step: int = 2, validation: bool = False):
+        """step: the global step; validation: during the validation at that step rather than before the step."""
+        self.step, self.validation, self.done = step, validation, False
+
+    def _stop(self, trainer) -> None:
+        if not self.done and trainer.local_rank == 0 and trainer.global_step == self.step:
+            self.done = True
+            os.kill(entrypoint(), signal.SIGTERM)
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        if not self.validation:
+            self._stop(trainer)
+
+    def on_validation_batch_start(self, trainer, pl_module, batch, batch_idx, dataloader_idx=0):
+        if self.validation and not trainer.sanity_checking:
+            self._stop(trainer)

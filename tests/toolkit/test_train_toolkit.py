@@ -4,6 +4,7 @@ import glob
 import io
 import os
 import re
+import sys
 
 import pytest
 
@@ -125,6 +126,14 @@ CASES = {  # case: (hosts, current host, hyperparameters, channels, environment,
         "archive",
         {},
         "host no-such-host.invalid did not come up within dist_timeout=2 s",
+    ),
+    "dist_timeout that is not a number, at PID 1": (
+        ["localhost"],
+        "localhost",
+        {"dist_timeout": "ten"},
+        "archive",
+        {},
+        "dist_timeout='ten' is not a positive whole number of seconds; e.g. 600",
     ),
     "no training channel": (
         ["localhost"],
@@ -277,6 +286,39 @@ def test_a_rank_that_dies_fails_the_others_in_time(run_hosts, archive_dir, tiny)
     assert os.listdir(first.path("model")) == [] and os.listdir(second.path("model")) == []
 
 
+VENV_BIN = os.path.dirname(sys.executable)  # torchrun, as the toolkit runs it (found on PATH)
+LOCAL_RANKS = {  # launcher: (hyperparameters, environment) for 2 processes on one host
+    "Lightning's process launcher": ({"trainer.devices": 2, "trainer.accelerator": "cpu"}, {}),
+    "torchrun (torch_distributed)": (
+        {
+            "trainer.devices": 2,
+            "trainer.accelerator": "cpu",
+            "sagemaker_torch_distributed_enabled": True,  # what SDK 2.x's PyTorch estimator sets
+            "sagemaker_instance_type": "ml.c5.xlarge",
+            "sagemaker_mpi_num_of_processes_per_host": 2,  # torchrun's --nproc_per_node on a CPU instance
+        },
+        {"SAGEMAKER_TRAINING_MODULE": "sagemaker_pytorch_container.training:main"},
+    ),
+}
+
+
+@pytest.mark.parametrize("launcher", LOCAL_RANKS)
+def test_a_local_rank_killed_for_memory_is_named(run_hosts, archive_dir, tiny, launcher):
+    """Local rank 1 SIGKILLed (as the out-of-memory killer does) while rank 0 waits for it in a collective: the
+    failure line names rank 1, its host and the fix, not rank 0's lost peer."""
+    hps, env = LOCAL_RANKS[launcher]
+    hps = {**tiny, **hps, "trainer.limit_train_batches": 4, "dist_timeout": 30, "trainer.callbacks+": "faults.KillRank"}
+    env = {**env, "PYTHONPATH": PLUGINS, "PATH": f"{VENV_BIN}:{os.environ['PATH']}"}
+    (host,) = run_hosts(["localhost"], hps, {"training": archive_dir}, env=env)
+    assert host.returncode != 0 and host.seconds < 90
+    line = (
+        "training process rank 1 (local rank 1) on host localhost was killed with SIGKILL, most often by the "
+        "kernel's out-of-memory killer; lower data.batch_size"
+    )
+    assert host.failure is not None and host.failure.startswith(line), (host.failure, host.output[-3000:])
+    assert host.failure.count("\n") == 1
+
+
 SMDDP = {"sagemaker_distributed_dataparallel_enabled": "true", "trainer.devices": "2", "trainer.accelerator": "cpu"}
 
 
@@ -302,40 +344,76 @@ def test_smddp_without_the_library_is_named(run_hosts, archive_dir, tiny):
     assert "the job enables SMDDP (smdistributed dataparallel) but this image has no smdistributed" in host.failure
 
 
-PIPELINES = {  # data module hyperparameters, and whether a resumed run must end with the very same weights
-    "device-resident": ({}, True),
-    "DataLoader, no workers": ({"data": "CIFAR10DataModule", "data.num_workers": 0}, True),
-    # workers draw their augmentation from seeds made when their iterator starts: the order resumes, the crops differ
-    "DataLoader, 2 workers": ({"data": "CIFAR10DataModule", "data.num_workers": 2}, False),
+PIPELINES = {  # data module hyperparameters
+    "device-resident": {},
+    "DataLoader, no workers": {"data": "CIFAR10DataModule", "data.num_workers": 0},
+    "DataLoader, 2 workers": {"data": "CIFAR10DataModule", "data.num_workers": 2},
+}
+# 2 epochs of 3 steps (of the data's 9, or 4 per rank of two), a validation of 2 batches after each; last.ckpt on
+# each epoch's last batch
+EPOCHS = {
+    "trainer.max_epochs": 2,
+    "trainer.limit_train_batches": 3,
+    "trainer.limit_val_batches": 2,
+    "last_checkpoint_every_n_steps": 3,
 }
 
 
+def final(output: str) -> tuple[str, int]:
+    digest, step = re.search(r"weights (\w+) at step (\d+)", output).groups()
+    return digest, int(step)
+
+
 @pytest.mark.parametrize("pipeline", PIPELINES)
-def test_a_killed_run_resumes_mid_epoch(run_hosts, archive_dir, tiny, tmp_path, pipeline):
-    """SIGKILL at step 5 (last.ckpt at step 4, mid-epoch), run again: it resumes at step 4 and ends at the step of an
-    uninterrupted run; on the exact pipelines with the same weights."""
-    data, exact = PIPELINES[pipeline]
+def test_a_killed_run_resumes_exactly(run_hosts, archive_dir, tiny, tmp_path, pipeline):
+    """The issue's reproduction: 2 epochs of 6 steps (of the 9 the data has), last.ckpt written on epoch 0's last
+    batch, SIGKILL at the start of step 8, run again: it resumes at step 6 and ends at the uninterrupted run's step
+    with the same weights (it used to skip 6 batches of epoch 1 too, or train on other ones)."""
     hps = {
         **tiny,
-        **data,
-        "trainer.max_epochs": 2,
+        **PIPELINES[pipeline],
+        **EPOCHS,
         "trainer.limit_train_batches": 6,
-        "last_checkpoint_every_n_steps": 2,
+        "last_checkpoint_every_n_steps": 6,
     }
     (uninterrupted,) = run_hosts(["localhost"], hps, {"training": archive_dir})
-    expected = re.search(r"weights (\w+) at step (\d+)", uninterrupted.output).groups()
-    assert expected[1] == "12", uninterrupted.output[-3000:]
+    expected = final(uninterrupted.output)
+    assert expected[1] == 12, uninterrupted.output[-3000:]
 
-    ckpts = str(tmp_path / "checkpoints")
-    hps = {**hps, "checkpoint.dirpath": ckpts}
-    kill = {
-        "trainer.callbacks+": "faults.KillRank",
-        "trainer.callbacks.step": 5,
-    }  # init_args of the callback just added
+    hps = {**hps, "checkpoint.dirpath": str(tmp_path / "checkpoints")}
+    kill = {"trainer.callbacks+": "faults.KillRank", "trainer.callbacks.step": 7}  # init_args of the callback added
     (killed,) = run_hosts(["localhost"], {**hps, **kill}, {"training": archive_dir}, env={"PYTHONPATH": PLUGINS})
-    assert killed.returncode != 0 and "saved last.ckpt at epoch 0 step 4" in killed.output
+    assert killed.returncode != 0 and "saved last.ckpt at epoch 0 step 6" in killed.output
     (resumed,) = run_hosts(["localhost"], hps, {"training": archive_dir})
     assert resumed.returncode == 0, resumed.output[-3000:]
-    assert "resuming at epoch 0 step 4 from last.ckpt" in resumed.output
-    digest, step = re.search(r"weights (\w+) at step (\d+)", resumed.output).groups()
-    assert step == expected[1] and (digest == expected[0]) == exact
+    assert "resuming at epoch 0 step 6 from last.ckpt" in resumed.output
+    assert final(resumed.output) == expected
+
+
+def test_two_hosts_resume_exactly_after_sigterm_and_sigkill(run_hosts, archive_dir, tiny, tmp_path):
+    """Two hosts: SIGTERM to both entrypoints during epoch 0's validation (both save and exit 143), run again;
+    then SIGKILL of rank 0 at the start of epoch 1 (rank 1 fails), run again: each rerun ends at the uninterrupted
+    run's step with the same weights."""
+    hosts, data = ["localhost", "127.0.0.1"], {"training": archive_dir}
+    hps = {**tiny, **EPOCHS, "dist_timeout": 60}
+    expected = final(run_hosts(hosts, hps, data)[0].output)
+    assert expected[1] == 6
+
+    hps = {**hps, "checkpoint.dirpath": str(tmp_path / "checkpoints-1")}  # both hosts', as S3 syncs it
+    stop = {"trainer.callbacks+": "faults.StopJob", "trainer.callbacks.step": 3, "trainer.callbacks.validation": True}
+    stopped = run_hosts(hosts, {**hps, **stop}, data, env={"PYTHONPATH": PLUGINS})
+    assert [h.returncode for h in stopped] == [143, 143], stopped[0].output[-3000:] + stopped[1].output[-3000:]
+    resumed = run_hosts(hosts, hps, data)
+    assert [h.returncode for h in resumed] == [0, 0], resumed[0].output[-3000:]
+    saved = re.findall(r"saved last\.ckpt at (epoch \d+ step \d+)", stopped[0].output)[-1]  # on SIGTERM
+    assert f"resuming at {saved} from last.ckpt" in resumed[0].output
+    assert final(resumed[0].output) == final(resumed[1].output) == expected
+
+    hps = {**hps, "checkpoint.dirpath": str(tmp_path / "checkpoints-2")}
+    kill = {"trainer.callbacks+": "faults.KillRank", "trainer.callbacks.rank": 0, "trainer.callbacks.step": 4}
+    killed = run_hosts(hosts, {**hps, **kill}, data, env={"PYTHONPATH": PLUGINS})
+    assert killed[0].returncode != 0 and killed[1].returncode != 0
+    resumed = run_hosts(hosts, hps, data)
+    assert [h.returncode for h in resumed] == [0, 0], resumed[0].output[-3000:]
+    assert "resuming at epoch 0 step 3 from last.ckpt" in resumed[0].output
+    assert final(resumed[0].output) == final(resumed[1].output) == expected

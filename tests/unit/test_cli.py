@@ -136,6 +136,10 @@ def test_num_classes_is_linked_from_the_data_module(archive_dir):
             "bad hyperparameter: data.batch_size=abc is not valid (expected int)",
         ),
         ({"seed_everything": {"a": 1}}, "bad hyperparameter: seed_everything={'a': 1} is not valid"),  # not a group
+        ({"dist_timeout": "ten"}, "bad hyperparameter: dist_timeout=ten is not valid (expected int)"),
+        ({"dist_timeout": 0}, "dist_timeout=0 must be a positive number of seconds"),
+        ({"model.arch": "vit_b_16"}, "model.arch='vit_b_16' cannot take the data's 32×32 images (Wrong image height!"),
+        ({"model.arch": "inception_v3"}, "model.arch='inception_v3' cannot take the data's 32×32 images ("),
     ],
 )
 def test_bad_hyperparameters_fail_in_one_line(as_sagemaker, archive_dir, tmp_path, capsys, monkeypatch, given, message):

@@ -94,12 +94,15 @@ def test_synthetic_data_is_learnable():
 
 
 def test_train_augmentation_crops_and_flips(archive_dir):
-    """Padding 4 + random crop shifts images, flips mirror them; evaluation images stay put."""
+    """Padding 4 + random crop shifts images, flips mirror them, another way each epoch, the same way for the same
+    (epoch, image) whatever the process's random state; evaluation images stay put."""
     dm = setup(archive_dir, val_split=0)
-    torch.manual_seed(0)
     base = dm._dataset(True, dm.eval_transform)[0][0]
-    augmented = torch.stack([dm.train_set[0][0] for _ in range(20)])
+    augmented = torch.stack([dm.train_set[epoch, 0][0] for epoch in range(20)])
     assert not all(torch.equal(a, base) for a in augmented)
+    assert len({a.sum().item() for a in augmented}) > 5  # not one crop for every epoch
+    torch.manual_seed(1)
+    assert torch.equal(dm.train_set[3, 0][0], augmented[3])
     assert torch.equal(dm._dataset(True, dm.eval_transform)[0][0], base)
 
 

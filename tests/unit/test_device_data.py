@@ -27,8 +27,7 @@ def modules(data_dir, batch_size=16) -> tuple[CIFAR10DataModule, DeviceCIFAR10Da
 
 
 def dataloader_samples(dm: CIFAR10DataModule, epochs: int) -> torch.Tensor:
-    torch.manual_seed(0)
-    return torch.stack([dm.train_set[i][0] for _ in range(epochs) for i in range(len(dm.train_set))])
+    return torch.stack([dm.train_set[epoch, i][0] for epoch in range(epochs) for i in range(len(dm.train_set))])
 
 
 def device_samples(dm: DeviceCIFAR10DataModule, epochs: int) -> torch.Tensor:
@@ -73,7 +72,7 @@ def crop_parameters(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.
 def test_crops_equal_torchvisions_for_the_same_offsets(archive_dir):
     """Given the offsets and flips, the device path computes exactly what the transforms compute on PIL images."""
     cpu, device = modules(archive_dir)
-    pil = cpu.train_set.data  # the raw images, N×32×32×3
+    pil = cpu.train_set.images.data  # the raw images, N×32×32×3
     index = torch.tensor([0, 1, 2, 3, 4, 5])
     dy, dx, flip = (
         torch.tensor([0, 8, 4, 8, 0, 3]),

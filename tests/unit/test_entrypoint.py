@@ -1,6 +1,16 @@
-"""The image's entrypoint: which network interface replaces one the container lacks."""
+"""The image's entrypoint: which network interface replaces one the container lacks, a bad dist_timeout, and who
+gets SIGTERM."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
 
 from sagemaker_lightning import entrypoint
+from sagemaker_lightning.failure import UserError
 
 ROUTES = """Iface\tDestination\tGateway \tFlags\tRefCnt\tUse\tMetric\tMask\t\tMTU\tWindow\tIRTT
 eth0\t00000000\t010012AC\t0003\t0\t0\t0\t00000000\t0\t0\t0
@@ -27,3 +37,44 @@ def test_an_existing_interface_stays():
 def test_unresolved_names_the_host():
     assert entrypoint.unresolved(["localhost"], 1) is None
     assert entrypoint.unresolved(["localhost", "no-such-host.invalid"], 0) == "no-such-host.invalid"
+
+
+def test_a_bad_dist_timeout_is_one_line_at_pid_1():
+    for given in ("ten", "None", "0", -5, 1.5, True):
+        with pytest.raises(UserError, match=r"dist_timeout=.* is not a positive whole number of seconds; e\.g\. 600"):
+            entrypoint.dist_timeout({"dist_timeout": given})
+    assert entrypoint.dist_timeout({"dist_timeout": "30"}) == entrypoint.dist_timeout({"dist_timeout": 30}) == 30
+
+
+# A launcher (as torchrun, mpirun or the toolkit are) that starts a trainer; each records the SIGTERM it receives
+LAUNCHER = """
+import os, signal, subprocess, sys
+signal.signal(signal.SIGTERM, lambda *args: open(os.path.join(sys.argv[1], "launcher"), "w").close())
+subprocess.run([sys.executable, "-c", sys.argv[2], sys.argv[1]])
+"""
+TRAINER = """
+import os, signal, sys, time
+from sagemaker_lightning import signals
+def stop(*args):
+    open(os.path.join(sys.argv[1], "trainer"), "w").close()
+    sys.exit(143)
+signal.signal(signal.SIGTERM, stop)
+signals.register(os.getpid())
+open(os.path.join(sys.argv[1], "ready"), "w").close()
+time.sleep(60)
+"""
+
+
+def test_sigterm_goes_to_the_registered_trainers_not_to_their_launcher(tmp_path):
+    """SIGTERM to the entrypoint (SageMaker's stop): the registered trainer gets it and checkpoints; the launcher
+    between them does not (mpirun or torchrun would end the trainer before its checkpoint is written)."""
+    env = {**os.environ, "SAGEMAKER_LIGHTNING_RUN_DIR": str(tmp_path / "run"), "SAGEMAKER_BASE_DIR": str(tmp_path)}
+    command = [sys.executable, "-m", "sagemaker_lightning.entrypoint", sys.executable, "-c", LAUNCHER, str(tmp_path)]
+    pid1 = subprocess.Popen(command + [TRAINER], env=env)
+    deadline = time.monotonic() + 30
+    while not (tmp_path / "ready").exists():
+        assert time.monotonic() < deadline and pid1.poll() is None, "the trainer did not start"
+        time.sleep(0.1)
+    pid1.send_signal(signal.SIGTERM)
+    assert pid1.wait(timeout=30) == 143
+    assert sorted(p.name for p in tmp_path.iterdir() if p.is_file()) == ["ready", "trainer"]

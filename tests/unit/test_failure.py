@@ -89,7 +89,7 @@ class OutOfMemoryError(RuntimeError):  # stands for torch.OutOfMemoryError: the 
     ],
 )  # fmt: skip
 def test_exceptions_become_one_line(exception, ctx, expected, code, traceback):
-    line, exit_code, show_traceback = failure.explain(exception, **ctx)
+    line, exit_code, show_traceback, file = failure.explain(exception, **ctx)
     assert line.startswith(expected) and (exit_code, show_traceback) == (code, traceback)
 
 
@@ -97,4 +97,64 @@ def test_sigterm_is_a_stop_not_a_failure():
     class SIGTERMException(SystemExit):  # Lightning's, by class name
         pass
 
-    assert failure.explain(SIGTERMException()) == (failure.STOPPED, 143, False)
+    assert failure.explain(SIGTERMException()) == (failure.STOPPED, 143, False, True)
+
+
+# What a real run left (tests/toolkit: torchrun under the toolkit, local rank 1 SIGKILLed; sagemaker-training 5.1.4,
+# torch 2.14.1): the toolkit's failure text holds no reason; torchrun's summary is in the log only, and its first
+# block is the process torchrun itself ended
+TORCHRUN_FAILURE = """ExecuteUserScriptError:
+ExitCode 1
+ErrorMessage ""
+Command "torchrun --nnodes 1 --nproc_per_node 2 train.py --data.batch_size 16 --trainer.devices 2"
+"""
+TORCHRUN_LOG = """ERROR: lost the connection to host localhost during training: a process there stopped; its failure reason names the cause
+W1123 09:54:41.936000 25951 torch/distributed/elastic/multiprocessing/api.py:1028] Sending process 25965 closing signal SIGTERM
+E1123 09:54:42.000000 25951 torch/distributed/elastic/multiprocessing/api.py:1002] failed (exitcode: -9) local_rank: 1 (pid: 25966) of binary: /work/main/.venv/bin/python3
+torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
+=======================================================
+train.py FAILED
+-------------------------------------------------------
+Failures:
+[1]:
+  time      : 2026-11-23_09:54:42
+  host      : localhost
+  rank      : 0 (local_rank: 0)
+  exitcode  : -15 (pid: 25965)  (SIGTERM)
+  error_file: <N/A>
+  traceback : Signal 15 (SIGTERM) received by PID 25965
+-------------------------------------------------------
+Root Cause (first observed failure):
+[0]:
+  time      : 2026-11-23_09:54:41
+  host      : localhost
+  rank      : 1 (local_rank: 1)
+  exitcode  : -9 (pid: 25966)  (SIGKILL)
+  error_file: <N/A>
+  traceback : Signal 9 (SIGKILL) received by PID 25966
+=======================================================
+"""
+
+
+def test_a_rank_that_torchrun_saw_killed_is_named_from_the_log():
+    line = failure.toolkit(TORCHRUN_FAILURE, "algo-2", "/nonexistent", TORCHRUN_LOG)
+    assert line.startswith("training process rank 1 (local rank 1) on host algo-2 was killed with SIGKILL, most often")
+
+
+def test_under_torchrun_a_lost_local_peer_leaves_the_failure_file_to_torchrun():
+    """Rank 0 sees its local peer go first; torchrun's summary (the entrypoint reads it) names the peer."""
+    env = {"SM_HOSTS": '["algo-1","algo-2"]', "SM_CURRENT_HOST": "algo-2", "TORCHELASTIC_RUN_ID": "job"}
+    torchrun = make_plan({**env, "RANK": "2", "LOCAL_RANK": "0"}, (), devices=2, accelerator="cpu")
+    lost = RuntimeError("[gloo/transport/tcp/pair.cc:534] Connection closed by peer [10.0.0.2]:40339")
+    assert failure.explain(lost, plan=torchrun, resolve=ADDRESSES.__getitem__)[3] is False  # stderr only
+    remote = RuntimeError("[gloo/transport/tcp/pair.cc:534] Connection closed by peer [10.0.0.1]:40339")
+    assert failure.explain(remote, plan=torchrun, resolve=ADDRESSES.__getitem__)[3] is True  # another host: named
+
+
+def test_a_process_of_lightnings_launcher_that_ended_is_named():
+    plan = make_plan({"SM_HOSTS": '["algo-1","algo-2"]', "SM_CURRENT_HOST": "algo-2"}, (), devices=4, accelerator="cpu")
+    lost = RuntimeError("Connection closed by peer [10.0.0.2]:1")
+    line, *_ = failure.explain(lost, plan=plan, resolve=ADDRESSES.__getitem__, ended=[(3, -9)])
+    assert line.startswith("training process rank 7 (local rank 3) on host algo-2 was killed with SIGKILL")
+    line, *_ = failure.explain(lost, plan=plan, resolve=ADDRESSES.__getitem__, ended=[(1, 1)])
+    assert line == "training process rank 5 (local rank 1) on host algo-2 exited with code 1; its log shows why"

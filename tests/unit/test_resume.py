@@ -1,0 +1,285 @@
+"""Resume is exact wherever a stop lands. A tiny run (3 epochs of 3 steps, a validation of 2 batches after each
+epoch, last.ckpt every 2 steps, so that last.ckpt is written mid-epoch, on an epoch's last batch, after a validation
+and at an epoch's end, each followed by more epochs) is stopped in turn after each of its steps, during each validation, at each epoch's end and
+during a checkpoint write, by SIGKILL and by SIGTERM, then run again: the rerun must end at the uninterrupted run's
+global step with the same weights (torch.equal) — on each training pipeline of the example and on a user's plain
+DataLoader (made resumable by the runtime).
+
+In-process runs of the runtime's LightningCLI in a SageMaker environment (one host, /opt/ml in a temporary folder),
+as a job runs them. SIGKILL is an exception raised at the point: nothing after it writes to the checkpoint directory
+(the runtime saves only on SIGTERM), so the directory is left as a SIGKILL leaves it; "during a checkpoint write" adds
+the partial file a killed write leaves. SIGTERM is the real signal, handled as in a job. tests/toolkit stops real
+processes, on one host and two.
+
+    PYTHONPATH=$PWD/app .venv/bin/pytest tests/unit/test_resume.py
+"""
+
+import json
+import os
+import signal
+import sys
+
+import lightning.pytorch
+import pytest
+import pytorch_lightning
+import torch
+from torch.nn import functional as F
+from torch.utils.data import DataLoader, TensorDataset
+
+import device_data  # noqa: F401  (--data finds DeviceCIFAR10DataModule by its short name)
+from data import CIFAR10Base
+from sagemaker_lightning import LightningCLI, signals
+
+
+def tiny_model(pl):
+    """A classifier of flattened inputs with dropout (random numbers every step) and momentum (optimizer state)."""
+
+    class Tiny(pl.LightningModule):
+        def __init__(self, features: int = 3 * 32 * 32, num_classes: int = 10):
+            super().__init__()
+            self.net = torch.nn.Sequential(
+                torch.nn.Flatten(), torch.nn.Dropout(0.5), torch.nn.Linear(features, num_classes)
+            )
+
+        def training_step(self, batch, batch_idx):
+            x, y = batch
+            return F.cross_entropy(self.net(x), y)
+
+        def validation_step(self, batch, batch_idx):
+            x, y = batch
+            self.log("val/acc", (self.net(x).argmax(1) == y).float().mean())
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.05, momentum=0.9)
+
+    return Tiny
+
+
+class PlainPoints(lightning.pytorch.LightningDataModule):
+    """A user's data module as Lightning's docs write one: plain DataLoaders, shuffled, the last batch short."""
+
+    def setup(self, stage: str) -> None:
+        generator = torch.Generator().manual_seed(0)
+        points, labels = torch.randn(128, 8, generator=generator), torch.randint(0, 3, (128,), generator=generator)
+        self.train, self.val = TensorDataset(points[:80], labels[:80]), TensorDataset(points[80:], labels[80:])
+
+    def train_dataloader(self):
+        return DataLoader(self.train, batch_size=32, shuffle=True)  # 32, 32, 16
+
+    def val_dataloader(self):
+        return DataLoader(self.val, batch_size=32)  # 2 batches
+
+
+# pipeline: (model class, data class, its arguments)
+IMAGES = tiny_model(pytorch_lightning)  # the example is built on pytorch_lightning
+EXAMPLE = ["--data.val_split=48", "--data.batch_size=32"]  # 112 training images: 3 steps; validation: 2 batches
+PIPELINES = {
+    "device-resident": (IMAGES, CIFAR10Base, ["--data=DeviceCIFAR10DataModule", *EXAMPLE]),
+    "DataLoader, no workers": (IMAGES, CIFAR10Base, ["--data=CIFAR10DataModule", "--data.num_workers=0", *EXAMPLE]),
+    "DataLoader, 2 workers": (IMAGES, CIFAR10Base, ["--data=CIFAR10DataModule", "--data.num_workers=2", *EXAMPLE]),
+    "a user's plain DataLoader": (tiny_model(lightning.pytorch), PlainPoints, ["--model.features=8"]),
+}
+SETTINGS = [
+    "--trainer.max_epochs=3",
+    "--trainer.accelerator=cpu",
+    "--trainer.logger=false",
+    "--trainer.enable_progress_bar=false",
+    "--trainer.enable_model_summary=false",
+    "--last_checkpoint_every_n_steps=2",
+]
+# where a stop lands: (hook, global step); the first call of the hook at that step
+POINTS = [
+    *(("on_train_batch_start", step) for step in range(1, 9)),  # after each step (3 and 6 end an epoch)
+    *(("on_validation_batch_start", step) for step in (3, 6, 9)),  # during each epoch's validation
+    *(("on_train_epoch_end", step) for step in (3, 6)),  # after a validation, at the epoch's end
+    ("on_save_checkpoint", 2),  # during a write: mid-epoch (by steps)
+    ("on_save_checkpoint", 3),  # at an epoch's end (by epoch)
+    ("on_save_checkpoint", 6),  # on an epoch's last batch (by steps)
+]
+
+
+class Killed(Exception):
+    """Stands for SIGKILL (module docstring)."""
+
+
+def stop(how: str, hook: str, step: int):
+    """A callback of the model's Lightning package that stops the run `how` ("SIGKILL" or "SIGTERM") at `hook`."""
+
+    def act(self, trainer, *args, **kwargs):
+        if self.done or trainer.global_step != step or trainer.sanity_checking:
+            return
+        self.done = True
+        if how == "SIGTERM":
+            os.kill(os.getpid(), signal.SIGTERM)
+            return
+        if hook == "on_save_checkpoint":  # a write killed midway leaves its partial file behind
+            with open(os.path.join(trainer.checkpoint_callback.dirpath, ".last.ckpt.partial"), "wb") as f:
+                f.write(b"PK\x03\x04 cut short")
+        raise Killed(f"{hook} at step {step}")
+
+    return {hook: act, "done": False}
+
+
+@pytest.fixture
+def job(tmp_path, archive_dir, monkeypatch):
+    """Runs the runtime's LightningCLI as a one-host SageMaker job whose /opt/ml is `base` (default: tmp_path);
+    returns the final step and weights of a run that ends, or its exit code."""
+    monkeypatch.setattr(signals, "RUN_DIR", str(tmp_path / "run"))
+
+    def run(pipeline: str, callback=None, base=tmp_path, more: tuple[str, ...] = ()):
+        model, data, arguments = PIPELINES[pipeline]
+        environ, excepthook = dict(os.environ), sys.excepthook  # the plan sets variables; the CLI, an excepthook
+        os.environ.update(
+            {
+                "SM_HOSTS": '["localhost"]',
+                "SM_CURRENT_HOST": "localhost",
+                "SM_NUM_GPUS": "0",
+                "SAGEMAKER_BASE_DIR": str(base),  # checkpoints: base/checkpoints
+                "SM_CHANNELS": '["training"]',
+                "SM_CHANNEL_TRAINING": archive_dir,
+                "SM_INPUT_CONFIG_DIR": str(base / "config"),  # no hyperparameters.json: the arguments as given
+                "SM_OUTPUT_DIR": str(base / "output"),
+                "SM_OUTPUT_DATA_DIR": str(base / "output" / "data"),
+            }
+        )
+        (base / "output").mkdir(parents=True, exist_ok=True)
+        pl = pytorch_lightning if data is CIFAR10Base else lightning.pytorch
+        try:
+            cli = LightningCLI(
+                model,
+                data,
+                subclass_mode_data=data is CIFAR10Base,
+                seed_everything_default=42,
+                save_config_callback=None,
+                trainer_defaults={"callbacks": [type("Stop", (pl.Callback,), callback)()]} if callback else None,
+                args=[*SETTINGS, *arguments, *more],
+            )
+        except SystemExit as e:
+            return e.code
+        finally:
+            os.environ.clear()
+            os.environ.update(environ)
+            sys.excepthook = excepthook
+        return cli.trainer.global_step, {k: v.clone() for k, v in cli.model.state_dict().items()}
+
+    return run
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Tiny tensors: one intra-op thread is more than twice as fast as two on a shared 2-core machine."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def uninterrupted():
+    return {}  # pipeline → (global step, weights), filled by the first test of each pipeline
+
+
+def reference(job, uninterrupted, pipeline: str, tmp_path) -> tuple[int, dict]:
+    if pipeline not in uninterrupted:
+        uninterrupted[pipeline] = job(pipeline, base=tmp_path / "uninterrupted")
+    return uninterrupted[pipeline]
+
+
+@pytest.mark.parametrize("point", POINTS, ids=[f"{hook}@{step}" for hook, step in POINTS])
+@pytest.mark.parametrize("how", ["SIGKILL", "SIGTERM"])
+@pytest.mark.parametrize("pipeline", PIPELINES)
+def test_a_stopped_run_resumes_exactly(job, uninterrupted, pipeline, how, point, tmp_path):
+    expected_step, expected = reference(job, uninterrupted, pipeline, tmp_path)
+    assert expected_step == 9
+    stopped = job(pipeline, stop(how, *point))
+    assert stopped == (143 if how == "SIGTERM" else 1)
+    step, weights = job(pipeline)
+    assert step == expected_step
+    assert all(torch.equal(weights[k], expected[k]) for k in expected), "the weights differ"
+    assert not [n for n in os.listdir(tmp_path / "checkpoints") if n.endswith(".partial")]  # a killed write's, redone
+
+
+def same(a: dict, b: dict) -> bool:
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+KILL_AT_5 = stop("SIGKILL", "on_train_batch_start", 5)  # last.ckpt at step 4, the epoch's checkpoint at step 3
+
+
+def test_an_unreadable_last_checkpoint_falls_back_to_the_newest_readable_one(job, uninterrupted, tmp_path, capsys):
+    """last.ckpt cut short (a full disk, a partial upload): the job resumes from the newest checkpoint that loads,
+    saying so in one line, and still ends as the uninterrupted run."""
+    expected = reference(job, uninterrupted, "device-resident", tmp_path)
+    assert job("device-resident", dict(KILL_AT_5)) == 1
+    last = tmp_path / "checkpoints" / "last.ckpt"
+    last.write_bytes(last.read_bytes()[:4096])
+    capsys.readouterr()
+    step, weights = job("device-resident")
+    out = capsys.readouterr().out
+    assert (
+        f"resuming from {tmp_path}/checkpoints/epoch=0-step=3.ckpt (step 3), the newest checkpoint that can be: "
+        "not from last.ckpt, it does not load (RuntimeError: PytorchStreamReader failed reading zip archive" in out
+    )
+    assert "resuming at epoch 0 step 3 from epoch=0-step=3.ckpt" in out
+    assert step == expected[0] and same(weights, expected[1])
+
+
+@pytest.mark.parametrize(
+    "written, expected",
+    [
+        ("another model", "it was written by another model: net.2.weight is (12, 3072) there, (10, 3072) in the model"),
+        ("garbage", "it does not load (UnpicklingError: "),
+    ],
+)
+def test_a_checkpoint_that_cannot_be_resumed_from_fails_in_one_line(job, tmp_path, capsys, written, expected):
+    """Nothing to fall back to: one line naming the file, why, and what to do."""
+    if written == "another model":  # an older version of the model, with 12 classes
+        assert job("device-resident", dict(KILL_AT_5), more=["--model.num_classes=12"]) == 1
+        (tmp_path / "output" / "failure").unlink()
+        for name in os.listdir(tmp_path / "checkpoints"):
+            if name != "last.ckpt":
+                os.remove(tmp_path / "checkpoints" / name)
+    else:
+        (tmp_path / "checkpoints").mkdir()
+        (tmp_path / "checkpoints" / "last.ckpt").write_bytes(b"<html>an error page saved as the checkpoint</html>")
+    capsys.readouterr()
+    assert job("device-resident") == 1
+    line = f"cannot resume from {tmp_path}/checkpoints/last.ckpt: {expected}"
+    errors = [e for e in capsys.readouterr().err.splitlines() if e.startswith("ERROR: ")]
+    assert len(errors) == 1 and errors[0].startswith(f"ERROR: {line}")
+    assert "delete it (and its copy under the job's checkpoint_s3_uri)" in errors[0]
+    failure = (tmp_path / "output" / "failure").read_text()
+    assert failure.count("\n") == 1 and failure.startswith(line)
+
+
+def test_resumes_from_s3(job, uninterrupted, tmp_path, aws, capsys):
+    """checkpoint.dirpath=s3://...: last.ckpt written there (moto) and resumed from."""
+    import boto3
+
+    boto3.client("s3").create_bucket(Bucket="checkpoints")
+    expected = reference(job, uninterrupted, "device-resident", tmp_path)
+    s3 = ["--checkpoint.dirpath=s3://checkpoints/job-1"]
+    assert job("device-resident", dict(KILL_AT_5), more=s3) == 1
+    keys = [o["Key"] for o in boto3.client("s3").list_objects_v2(Bucket="checkpoints")["Contents"]]
+    assert "job-1/last.ckpt" in keys
+    capsys.readouterr()
+    step, weights = job("device-resident", more=s3)
+    assert "resuming at epoch 1 step 4 from last.ckpt" in capsys.readouterr().out
+    assert step == expected[0] and same(weights, expected[1])
+
+
+def test_resumes_from_the_jobs_checkpoint_local_path(job, uninterrupted, tmp_path, capsys):
+    """A job whose CheckpointConfig moves the checkpoints (checkpoint_local_path): SageMaker names the directory in
+    checkpointconfig.json; last.ckpt is written there and resumed from."""
+    expected = reference(job, uninterrupted, "device-resident", tmp_path)
+    (tmp_path / "config").mkdir()
+    local = tmp_path / "elsewhere"
+    (tmp_path / "config" / "checkpointconfig.json").write_text(
+        json.dumps({"LocalPath": str(local), "S3Uri": "s3://bucket/job-1/checkpoints"})
+    )
+    assert job("device-resident", dict(KILL_AT_5)) == 1
+    assert os.path.isfile(local / "last.ckpt") and not os.path.exists(tmp_path / "checkpoints")
+    capsys.readouterr()
+    step, weights = job("device-resident")
+    assert "resuming at epoch 1 step 4 from last.ckpt" in capsys.readouterr().out
+    assert step == expected[0] and same(weights, expected[1])
