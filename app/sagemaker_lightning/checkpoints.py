@@ -14,6 +14,7 @@ import time
 import numpy as np
 import torch
 
+from sagemaker_lightning import sharding
 from sagemaker_lightning.callbacks import say
 from sagemaker_lightning.flavor import attribute
 
@@ -92,7 +93,8 @@ class LastCheckpoint:
 
     def save(self, trainer) -> str:
         path = os.path.join(self.checkpoint.dirpath, "last.ckpt")
-        trainer.save_checkpoint(path, weights_only=False)  # every rank calls it; rank 0 writes (atomically)
+        with sharding.sharded_saves(trainer.strategy):  # fsdp: a folder of one file per rank (sharding.py)
+            trainer.save_checkpoint(path, weights_only=False)  # every rank calls it; rank 0 writes (atomically)
         self._saved_step = trainer.global_step
         if trainer.is_global_zero:
             say(f"saved last.ckpt at epoch {trainer.current_epoch} step {trainer.global_step}")
