@@ -324,6 +324,13 @@ class FullyShardedStrategy:
         self._sync_buffers()
         return super().predict_step(*args, **kwargs)
 
+    def lightning_module_state_dict(self) -> dict:
+        # rank 0's buffers, those the next forward broadcasts: DCP writes each unsharded tensor from one rank, not
+        # always rank 0 (its plans balance the writes), so a save could mix both ranks' BatchNorm statistics and a
+        # resumed run would drift from an uninterrupted one (seen with MobileNet-V3, 2 processes)
+        self._sync_buffers()
+        return super().lightning_module_state_dict()
+
     def save_checkpoint(self, checkpoint: dict, filepath, storage_options=None) -> None:
         if not self._save_distributed_checkpoint:
             return super().save_checkpoint(checkpoint, filepath, storage_options)  # one file, written by rank 0

@@ -21,3 +21,14 @@ class KillRank(pl.Callback):
         rank = 0 if trainer.world_size == 1 else self.rank  # the only process of a one-process job
         if trainer.global_rank == rank and trainer.global_step == self.step:
             os.kill(os.getpid(), signal.SIGKILL)
+
+
+class Terminate(pl.Callback):
+    """SIGTERM to every rank at one step, as StopTrainingJob and a spot interruption send it to every host."""
+
+    def __init__(self, step: int = 2):
+        self.step = step
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        if trainer.global_step == self.step:
+            os.kill(os.getpid(), signal.SIGTERM)
