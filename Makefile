@@ -24,7 +24,7 @@ PYTHON := .venv/bin/python
 # About 30 steps: enough for ~80% validation accuracy on the generated data, about a minute on 2 CPU cores
 DEMO_ARGS := trainer.max_epochs=1 trainer.accelerator=cpu data.batch_size=16 optimizer.lr=0.02
 
-.PHONY: help install lint format test test-unit bench bench-startup build push push-check debian-base demo local image clean
+.PHONY: help install lint format test test-unit bench bench-memory bench-startup build push push-check debian-base demo local image clean
 
 help:  ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -53,6 +53,9 @@ test-unit: install  ## The unit tier alone: pure functions and in-process object
 
 bench: install  ## Training images/s: seed-tutorial baseline, default path, model alone (BENCH_ARGS="--repeat 3 ...")
 	$(PYTHON) scripts/benchmark.py $(BENCH_ARGS)
+
+bench-memory: install  ## Parameter + gradient + optimizer-state MiB per process, ddp vs fsdp, 2 CPU processes (BENCH_ARGS="--arch convnext_base")
+	$(PYTHON) scripts/bench_memory.py $(BENCH_ARGS)
 
 bench-startup: install  ## Seconds from docker run to the first optimizer step in $(IMAGE):$(TAG), as SageMaker starts it
 	$(PYTHON) scripts/startup.py --image $(IMAGE):$(TAG)
