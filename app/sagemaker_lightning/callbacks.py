@@ -14,6 +14,7 @@ import sys
 import time
 
 import torch
+from torch.distributed.tensor import DTensor
 
 
 def say(line: str) -> None:
@@ -24,10 +25,14 @@ def say(line: str) -> None:
 
 
 def weights_digest(module: torch.nn.Module) -> str:
-    """A short fingerprint of all weights: equal on every rank when data-parallel training kept them in sync."""
+    """A short fingerprint of all weights: equal on every rank when data-parallel training kept them in sync. Sharded
+    weights (fsdp) are gathered one at a time, so every rank must call it. Bytes, not numpy arrays: numpy has no
+    bfloat16 (bf16-true weights)."""
     h = hashlib.sha256()
     for tensor in module.state_dict().values():
-        h.update(tensor.detach().cpu().numpy().tobytes())
+        if isinstance(tensor, DTensor):
+            tensor = tensor.full_tensor()
+        h.update(tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
     return h.hexdigest()[:16]
 
 

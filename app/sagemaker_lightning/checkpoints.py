@@ -19,6 +19,7 @@ import fsspec
 import fsspec.implementations.local
 import torch
 
+from sagemaker_lightning import sharding
 from sagemaker_lightning.callbacks import say
 from sagemaker_lightning.failure import UserError
 from sagemaker_lightning.flavor import attribute
@@ -75,7 +76,8 @@ class LastCheckpoint:
 
     def save(self, trainer) -> str:
         path = os.path.join(self.checkpoint.dirpath, "last.ckpt")
-        trainer.save_checkpoint(path, weights_only=False)  # every rank calls it; rank 0 writes (atomically)
+        with sharding.sharded_saves(trainer.strategy):  # fsdp: a folder of one file per rank (sharding.py)
+            trainer.save_checkpoint(path, weights_only=False)  # every rank calls it; rank 0 writes (atomically)
         self._saved_step = trainer.global_step
         if trainer.is_global_zero:
             say(f"saved last.ckpt at epoch {trainer.current_epoch} step {trainer.global_step}")
@@ -129,7 +131,10 @@ class LastCheckpoint:
     def on_load_checkpoint(self, trainer, pl_module, checkpoint):
         self._saved_step = checkpoint["global_step"]
         if trainer.is_global_zero:
-            name = os.path.basename(str(trainer.ckpt_path))
+            path = str(trainer.ckpt_path).rstrip("/")
+            name = os.path.basename(path)
+            if os.path.basename(os.path.dirname(path)) == "last.ckpt":  # fsdp: a sharded save inside last.ckpt/
+                name = "last.ckpt"
             say(f"resuming at epoch {checkpoint['epoch']} step {checkpoint['global_step']} from {name}")
 
     def on_train_start(self, trainer, pl_module):

@@ -6,16 +6,16 @@
 It is a subclass of the LightningCLI of the package the project's classes are built on (lightning.pytorch or
 pytorch_lightning: flavor.py), chosen when it is called, so a project's own subclass of it works with either. Off
 SageMaker it only adds a few arguments (checkpoint, logger, model_dir, last_checkpoint_every_n_steps, dist_timeout,
-scale_lr_by_world_size) and one-line failures. On SageMaker, in this order:
+scale_lr_by_world_size, the fsdp group of trainer.strategy=fsdp) and one-line failures. On SageMaker, in this order:
   1. arguments: SageMaker's typed hyperparameters (hyperparameters.py) for the ones a launcher rendered, `fit` when
      no subcommand is given (both SageMaker launchers start the script with options only), and the job's paths
      before them so that the user's win: checkpoint.dirpath, model_dir, logger.save_dir, trainer.default_root_dir, the data
      channel for the data module's data_dir (or the keys `data_channels` names);
   2. the launch plan (plan.py) from the environment and the resolved trainer settings; its variables set; printed;
   3. the trainer: devices and num_nodes of the plan, the strategy with the plan's cluster, backend and timeout
-     (strategy.py), last.ckpt every N steps / each epoch / on SIGTERM written atomically (checkpoints.py), plain log
-     lines (callbacks.py), the export to model_dir (export.py), a training loader that resumes mid-epoch
-     (resumable.py), and resume from the newest readable checkpoint;
+     (strategy.py; fsdp: sharding.py), last.ckpt every N steps / each epoch / on SIGTERM written atomically
+     (checkpoints.py), plain log lines (callbacks.py), the export to model_dir (export.py), a training loader that
+     resumes mid-epoch (resumable.py), and resume from the newest readable checkpoint;
   4. any failure: one line on stderr and in the failure file (failure.py), exit code 1 (143 when stopped).
 
     python app/example/train.py --help
@@ -32,7 +32,7 @@ import time
 import traceback
 from collections.abc import Mapping
 
-from sagemaker_lightning import checkpoints, failure, flavor, hyperparameters, resumable, signals, strategy
+from sagemaker_lightning import checkpoints, failure, flavor, hyperparameters, resumable, sharding, signals, strategy
 from sagemaker_lightning.callbacks import LinearLRScaling, LogLines, RankReport, say
 from sagemaker_lightning.export import Export
 from sagemaker_lightning.plan import DEFAULT_TIMEOUT_S, Plan, check_world_size, make_plan
@@ -139,6 +139,7 @@ class LightningCLI:
         parser.add_argument(
             "--scale_lr_by_world_size", type=bool, default=False, help="optimizer lr × number of processes"
         )
+        parser.add_class_arguments(sharding.FSDPSettings, "fsdp")  # trainer.strategy=fsdp's settings (sharding.py)
 
     def parse_arguments(self, parser, args) -> None:
         if isinstance(args, Mapping) or hasattr(args, "as_dict"):
@@ -236,7 +237,8 @@ class LightningCLI:
             root = logger.pop("save_dir") or trainer_config.get("default_root_dir") or os.getcwd()
             kwargs["logger"] = flavor.attribute(self.pl, "loggers.TensorBoardLogger")(root, **logger)
         kwargs["plugins"] = [*(trainer_config.get("plugins") or []), made(checkpoints.AtomicCheckpointIO)()]
-        kwargs.update(strategy.arguments(self.pl, self.plan, trainer_config, kwargs["plugins"]))
+        fsdp = self._get(self.config_init, "fsdp")
+        kwargs.update(strategy.arguments(self.pl, self.plan, trainer_config, kwargs["plugins"], fsdp))
         if trainer_config.get("enable_progress_bar") is None:  # carriage returns make a mess of log files
             kwargs["enable_progress_bar"] = sys.stdout.isatty()
         trainer = super().instantiate_trainer(**kwargs)
@@ -245,10 +247,13 @@ class LightningCLI:
             overridden = flavor.attribute(self.pl, "utilities.model_helpers.is_overridden")
             resumable.make_training_loader_resumable(self.datamodule or self.model, trainer, overridden)
         if model_checkpoint and model_checkpoint.dirpath:
-            strict = getattr(self.model, "strict_loading", True)
-            path = checkpoints.resume_path(
-                model_checkpoint.dirpath, self.model.state_dict(), strict, trainer.is_global_zero
-            )
+            dirpath = model_checkpoint.dirpath
+            if sharding.sharded(trainer.strategy):  # fsdp: the newest complete sharded save in last.ckpt/
+                path = sharding.resume_path(dirpath, trainer.is_global_zero)
+            else:
+                sharding.refuse_sharded(dirpath)
+                strict = getattr(self.model, "strict_loading", True)
+                path = checkpoints.resume_path(dirpath, self.model.state_dict(), strict, trainer.is_global_zero)
             if path:
                 trainer.ckpt_path = path  # fit() resumes from it unless given another ckpt_path
         return trainer

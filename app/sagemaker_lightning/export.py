@@ -1,7 +1,7 @@
 """The trained model in SageMaker's model directory (packed into model.tar.gz): after fit, global rank 0 writes
-`model.pt` (the best checkpoint's weights as a state dict, or the final weights when no checkpoint was kept) and
-`config.yaml` (the resolved configuration), then every rank waits for it: in local mode the job ends when the first
-container exits, and all hosts share one model directory.
+`model.pt` (the best checkpoint's weights as a state dict, or the final weights when no checkpoint was kept: under
+fsdp gathered from every rank's shards) and `config.yaml` (the resolved configuration), then every rank waits for
+it: in local mode the job ends when the first container exits, and all hosts share one model directory.
 
     python app/example/train.py ... --model_dir out   # out/model.pt, out/config.yaml
 """
@@ -11,6 +11,7 @@ from collections.abc import Callable
 
 import torch
 
+from sagemaker_lightning import sharding
 from sagemaker_lightning.callbacks import say
 
 
@@ -36,13 +37,11 @@ class Export:
 
     def on_fit_end(self, trainer, pl_module):
         trainer.ckpt_path = None  # the resume applied to this fit; a later validate/test picks its own checkpoint
+        best = trainer.checkpoint_callback.best_model_path if trainer.checkpoint_callback else ""
+        # the final weights: under fsdp every rank gathers its shards, rank 0 gets the whole (sharding.py)
+        final = sharding.full_state_dict(trainer.strategy, pl_module) if self.model_dir and not best else None
         if self.model_dir and trainer.is_global_zero:
-            best = trainer.checkpoint_callback.best_model_path if trainer.checkpoint_callback else ""
-            state = (
-                torch.load(best, map_location="cpu", weights_only=False)["state_dict"]
-                if best
-                else pl_module.state_dict()
-            )
+            state = torch.load(best, map_location="cpu", weights_only=False)["state_dict"] if best else final
             path = write(self.model_dir, state, self.config_yaml())
             say(f"model: {path} from {best or 'the final weights'}")
         trainer.strategy.barrier("exported")

@@ -1,5 +1,6 @@
 """The trainer's distributed strategy: the launch plan's cluster, process-group backend and timeout, for every
-strategy Lightning knows by name (ddp and its variants, fsdp, deepspeed, ...) or a strategy object of the project's.
+strategy Lightning knows by name (ddp and its variants, deepspeed, ...) or a strategy object of the project's; `fsdp`
+is the runtime's (sharding.py: Lightning's own needs a GPU).
 
 Lightning would guess the cluster itself: with mpi4py installed it tries MPI in a process mpirun did not start, and
 without a timeout every collective waits torch's 30 minutes. The plan knows who started the processes.
@@ -10,6 +11,7 @@ without a timeout every collective waits torch's 30 minutes. The plan knows who 
 import inspect
 from datetime import timedelta
 
+from sagemaker_lightning import sharding
 from sagemaker_lightning.failure import UserError
 from sagemaker_lightning.flavor import attribute, made
 from sagemaker_lightning.plan import Plan
@@ -49,9 +51,15 @@ def backend(plan: Plan) -> str | None:
     return plan.backend
 
 
-def arguments(pl, plan: Plan, trainer_config: dict, plugins: list) -> dict:
-    """Trainer arguments (`strategy`, `plugins`) that put the trainer on the plan's cluster, backend and timeout."""
+def arguments(pl, plan: Plan, trainer_config: dict, plugins: list, fsdp: sharding.FSDPSettings | None = None) -> dict:
+    """Trainer arguments (`strategy`, `plugins`) that put the trainer on the plan's cluster, backend and timeout;
+    `fsdp`: the settings of trainer.strategy=fsdp."""
     cluster, chosen = cluster_environment(pl, plan), trainer_config.get("strategy", "auto")
+    if chosen == "fsdp":  # FSDP2 on CPUs and GPUs, NCCL or gloo by device (sharding.py); refused before SMDDP's import
+        if plan.backend == "smddp":
+            raise UserError(sharding.SMDDP)
+        timeout = timedelta(seconds=plan.timeout_s)
+        return {"strategy": sharding.strategy(pl, fsdp or sharding.FSDPSettings(), cluster, timeout, trainer_config)}
     wiring = {
         "cluster_environment": cluster,
         "process_group_backend": backend(plan),

@@ -120,9 +120,10 @@ def test_num_classes_is_linked_from_the_data_module(archive_dir):
         ({"data.num_workers": 2}, "data.num_workers is not accepted by device_data.DeviceCIFAR10DataModule"),
         ({"optimizer": "NoSuchOptimizer"}, "optimizer=NoSuchOptimizer is not valid"),
         ({"trainer.accelerator": "gpu"}, "trainer.accelerator=gpu asks for a GPU but this instance has none"),
-        # the real reason, not the GPU line, though it names GPUs: here the accelerator is the CPU, as asked
+        # Lightning's own reason, not the GPU line, though it names GPUs: the accelerator is the CPU, as asked (FSDP1's
+        # registry name; `fsdp` itself is the runtime's FSDP2, which takes the CPU)
         (
-            {"trainer.strategy": "fsdp", "trainer.accelerator": "cpu"},
+            {"trainer.strategy": "fsdp_cpu_offload", "trainer.accelerator": "cpu"},
             "bad configuration: The strategy `fsdp` requires a GPU accelerator",
         ),
         ({"data.batch_size": -4}, "data.batch_size=-4 is not a batch size"),

@@ -1,0 +1,478 @@
+"""Sharded training, `trainer.strategy=fsdp`: parameters, gradients and optimizer state split across the processes
+(PyTorch FSDP2, `fully_shard`), with the guarantees `ddp` has here: the launcher's cluster environment,
+`dist_timeout`, NCCL on GPUs and gloo on CPUs, a `last` checkpoint every N steps, at each epoch end and on SIGTERM
+that resumes exactly, and a consolidated `model.pt` that loads into the plain model. For lightning.pytorch and
+pytorch_lightning projects alike: FullyShardedStrategy is a mixin made into a subclass of the project's package's
+ModelParallelStrategy (flavor.made).
+
+Why FSDP2 through Lightning's ModelParallelStrategy, not Lightning's FSDPStrategy: Lightning 2.6 refuses the
+strategy name `fsdp` and an exact FSDPStrategy unless the accelerator is CUDA (AcceleratorConnector.
+_check_strategy_and_fallback), and under that check torch 2.14's FSDP1 (`FullyShardedDataParallel`) refuses a module
+on the CPU without an explicit device_id ("FSDP needs a non-CPU accelerator device"). FSDP2 shards on a CPU device
+mesh with gloo as on a GPU one with NCCL, keeps parameter names (no `_fsdp_wrapped_module.` in state dicts) and
+checkpoints through torch.distributed.checkpoint (DCP), which reshards a checkpoint onto another number of processes;
+FSDP1's state-dict API, which Lightning's FSDPStrategy uses, warns that it is deprecated (torch 2.14).
+ModelParallelStrategy is not tied to CUDA, but asks every LightningModule to shard itself in `configure_model`;
+FullyShardedStrategy does that for any model instead (a model's own `configure_model` that shards still wins).
+
+Interface (the rest of the runtime wires these; docs/fsdp.md is the user's side):
+    FSDPSettings                        the `fsdp` argument group (cli.py)
+    strategy(pl, settings, cluster_environment, timeout, trainer_config)   the strategy for Trainer(strategy=)
+                                        (strategy.py, for trainer.strategy=fsdp)
+    sharded_saves(strategy)             context: checkpoints saved inside it are sharded (checkpoints.LastCheckpoint)
+    resume_path(dirpath, announce)      fsdp: the newest complete sharded save in last.ckpt/ (cli.py)
+    refuse_sharded(dirpath)             another strategy: a last.ckpt/ of sharded saves is named, not overwritten
+    full_state_dict(strategy, module)   every rank calls it; rank 0 gets the consolidated weights (export.py)
+    callbacks.weights_digest            gathers sharded weights (DTensor.full_tensor), so every rank calls it
+
+Checkpoint layout under checkpoint.dirpath (SageMaker: /opt/ml/checkpoints): `last.ckpt/` is a directory with one
+folder per save, `step-<global step>-<ns>/`, holding one file per rank (`__<rank>_0.distcp`, its shards), DCP's
+`.metadata` and `meta.pt` (loops, callbacks, the training loader's position). A save counts once DCP's `.metadata`
+(written after every rank has written its file) and `meta.pt` (renamed into place) are there and every file
+`.metadata` names is present: a kill during a save leaves an incomplete folder that resume skips. Each rank writes
+into its own host's directory; on SageMaker each host's /opt/ml/checkpoints goes to the same checkpoint_s3_uri and
+comes back whole on every host of a restarted job, and a shared directory (one host, local mode, FSx, EFS) holds all
+files at once. The best checkpoints (ModelCheckpoint) stay single files, gathered on rank 0: model.pt is made of them.
+
+    python app/example/train.py --trainer.strategy fsdp --trainer.devices 2 --trainer.accelerator cpu \\
+        --model.arch convnext_tiny --fsdp.activation_checkpointing true --checkpoint.dirpath ckpts --model_dir out
+"""
+
+import contextlib
+import os
+import re
+import shutil
+import time
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import Literal
+
+import torch
+import torch.distributed.checkpoint as dcp
+from torch import nn
+from torch.distributed.checkpoint.api import CheckpointException
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+try:
+    from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionPolicy, fully_shard
+except ImportError:  # torch 2.4 and 2.5 (the SMDDP flavors' base) keep FSDP2 under its first name
+    from torch.distributed._composable.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionPolicy, fully_shard
+
+from sagemaker_lightning.callbacks import say
+from sagemaker_lightning.failure import UserError
+from sagemaker_lightning.flavor import attribute, made
+from sagemaker_lightning.plan import DEFAULT_TIMEOUT_S
+
+# Blocks of torchvision's classification models, each sharded as one unit (gathered for its forward and backward,
+# then freed): ResNet/Wide ResNet/ResNeXt, ViT, ConvNeXt, Swin (v1, v2), EfficientNet (v1, v2) and MaxViT,
+# MobileNet v2/v3 and ShuffleNet v2, MNASNet, RegNet, DenseNet. A model with none of these (VGG, AlexNet) is
+# sharded as a whole: parameters, gradients and optimizer state still split, the full model gathered at once.
+TORCHVISION_BLOCKS = (
+    "BasicBlock",
+    "Bottleneck",
+    "EncoderBlock",
+    "CNBlock",
+    "SwinTransformerBlock",
+    "SwinTransformerBlockV2",
+    "MBConv",
+    "FusedMBConv",
+    "InvertedResidual",
+    "_InvertedResidual",
+    "ResBottleneckBlock",
+    "_DenseLayer",
+)
+PRECISIONS = ("32-true", "32", "bf16-mixed", "bf16-true")  # 16-mixed needs a sharded gradient scaler: none for FSDP2
+META = "meta.pt"  # Lightning's name for the non-tensor part of a sharded checkpoint
+SAVE = re.compile(r"step-(\d+)-(\d+)")
+RANK_FILE = re.compile(r"__(\d+)_\d+\.distcp")
+MISFIT = re.compile(r"Missing key in checkpoint|Size mismatch between saved|Unexpected key")  # DCP's planner
+SMDDP = (
+    "SMDDP does not run trainer.strategy=fsdp (AWS documents it with FSDP1 and SMP v2 on P4d/P4de; FSDP2 reduces "
+    "with ReduceOp.AVG, which SMDDP refuses); use distribution torch_distributed or pytorchddp (NCCL)"
+)
+
+
+@dataclass
+class FSDPSettings:
+    """Settings of trainer.strategy=fsdp; other strategies ignore them.
+
+    Args:
+        sharding_strategy: FULL_SHARD: parameters, gradients and optimizer state split across all processes, each
+            block's parameters gathered for its forward and again for its backward (least memory). SHARD_GRAD_OP:
+            gathered parameters kept from forward to backward (one gather less, more memory). HYBRID_SHARD: split
+            within each host, replicated across hosts (gathers stay on the host's fast links).
+        auto_wrap_policy: class names (or module.QualName) of the blocks sharded one by one, e.g. [DecoderLayer];
+            null: torchvision's blocks (sharding.TORCHVISION_BLOCKS).
+        activation_checkpointing: recompute each block's activations in the backward pass instead of keeping them.
+        cpu_offload: keep the parameter, gradient and optimizer-state shards in host memory (GPUs only); the
+            optimizer steps on the CPU.
+        mixed_precision: bf16: gather parameters and compute in bfloat16, reduce gradients in float32 (halves the
+            gather traffic); null: the dtype trainer.precision gives.
+    """
+
+    sharding_strategy: Literal["FULL_SHARD", "SHARD_GRAD_OP", "HYBRID_SHARD"] = "FULL_SHARD"
+    auto_wrap_policy: list[str] | None = None
+    activation_checkpointing: bool = False
+    cpu_offload: bool = False
+    mixed_precision: Literal["bf16"] | None = None
+
+
+def strategy(
+    pl, settings: FSDPSettings, cluster_environment, timeout: timedelta, trainer_config
+) -> "FullyShardedStrategy":
+    """The strategy for trainer.strategy=fsdp in Lightning package `pl`; bad combinations fail here, before any
+    process starts."""
+    precision = trainer_config.get("precision")
+    if precision is not None and str(precision) not in PRECISIONS:
+        raise UserError(
+            f"trainer.precision={precision} does not work with trainer.strategy=fsdp (no sharded gradient scaler); "
+            "use bf16-mixed (GPUs from A100/A10G/L4 on, and CPUs) or 32-true, or trainer.strategy=ddp"
+        )
+    if settings.cpu_offload and trainer_config.get("accelerator") == "cpu":
+        raise UserError("fsdp.cpu_offload moves shards off the GPU; with trainer.accelerator=cpu set it to false")
+    return made(FullyShardedStrategy, pl)(settings, cluster_environment=cluster_environment, timeout=timeout)
+
+
+def mesh_shape(sharding_strategy: str, num_nodes: int, processes_per_node: int) -> tuple[int, ...]:
+    """The device mesh: one dimension to shard over, or (replicate across hosts, shard within a host)."""
+    if sharding_strategy == "HYBRID_SHARD":
+        return (num_nodes, processes_per_node)
+    return (num_nodes * processes_per_node,)
+
+
+def matches(module: nn.Module, names: list[str] | tuple[str, ...]) -> bool:
+    cls = type(module)
+    return cls.__name__ in names or f"{cls.__module__}.{cls.__qualname__}" in names
+
+
+def blocks(model: nn.Module, names: list[str] | tuple[str, ...]) -> list[nn.Module]:
+    """The modules to shard one by one, innermost first (FSDP2 shards bottom-up)."""
+    found = [m for m in model.modules() if matches(m, names)]
+    return found[::-1]  # modules() lists parents before their children
+
+
+def shard(module: nn.Module, settings: FSDPSettings, mesh, offload: bool) -> tuple[list[nn.Module], list[str]]:
+    """Shard a LightningModule in place: each block of the wrap policy, then each child that holds parameters
+    (a root: the LightningModule itself is never sharded, its hooks are not forward). Returns the blocks and
+    the roots' names."""
+    names = settings.auto_wrap_policy or TORCHVISION_BLOCKS
+    found = blocks(module, names)
+    if settings.auto_wrap_policy and not found:
+        classes = sorted({type(m).__name__ for m in module.modules()})
+        raise UserError(
+            f"fsdp.auto_wrap_policy={settings.auto_wrap_policy} names no module of the model; its classes are "
+            f"{', '.join(classes[:30])}"
+        )
+    own = [name for name, _ in module.named_parameters(recurse=False)]
+    if own:
+        raise UserError(
+            f"{type(module).__name__} holds parameters itself ({', '.join(own[:5])}); trainer.strategy=fsdp shards "
+            "submodules: move them into one (an nn.Module attribute)"
+        )
+    for p in module.parameters():
+        if not p.is_contiguous():  # FSDP2 shards contiguous tensors only (channels-last weights are not)
+            p.data = p.data.contiguous()
+    if settings.activation_checkpointing:
+        found = checkpointed(module, found)
+    kwargs = {
+        "mesh": mesh,
+        "reshard_after_forward": settings.sharding_strategy != "SHARD_GRAD_OP",
+        "mp_policy": MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+        if settings.mixed_precision == "bf16"
+        else MixedPrecisionPolicy(),
+    }
+    if offload:
+        kwargs["offload_policy"] = CPUOffloadPolicy()
+    for block in found:
+        fully_shard(block, **kwargs)
+    roots = []
+    for name, child in module.named_children():
+        if not isinstance(child, FSDPModule) and any(p.requires_grad for p in child.parameters()):
+            fully_shard(child, **kwargs)
+            roots.append(name)
+    return found, roots
+
+
+def checkpointed(module: nn.Module, found: list[nn.Module]) -> list[nn.Module]:
+    """Each block wrapped in a CheckpointWrapper (state dict keys unchanged); the wrappers, innermost first."""
+    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (
+        CheckpointWrapper,
+        apply_activation_checkpointing,
+    )
+
+    targets = set(map(id, found))
+    apply_activation_checkpointing(module, check_fn=lambda m: id(m) in targets)
+    wrappers = [m for m in module.modules() if isinstance(m, CheckpointWrapper)]
+    return wrappers[::-1]
+
+
+def to_device_unsharded(module: nn.Module, device: torch.device) -> None:
+    """Move what FSDP does not manage (metrics, buffers outside sharded modules) to the device, leaving the
+    sharded modules where their offload policy keeps them."""
+    for child in module.children():
+        if any(isinstance(m, FSDPModule) for m in child.modules()):
+            if not isinstance(child, FSDPModule):
+                to_device_unsharded(child, device)
+        else:
+            child.to(device)  # torchmetrics' Metric.to moves its states too
+    for key, buffer in module._buffers.items():
+        if buffer is not None:
+            module._buffers[key] = buffer.to(device)
+
+
+def broadcast_buffers(buffers: list[torch.Tensor]) -> None:
+    """Rank 0's buffers (BatchNorm running statistics) to every rank, as DDP does before each forward: FSDP does
+    not shard buffers and would otherwise let each rank's drift apart (and a checkpoint keeps only one copy)."""
+    by_dtype: dict[torch.dtype, list[torch.Tensor]] = {}
+    for b in buffers:
+        by_dtype.setdefault(b.dtype, []).append(b)
+    for group in by_dtype.values():
+        flat = torch.cat([b.reshape(-1) for b in group])
+        torch.distributed.broadcast(flat, src=0)
+        for b, value in zip(group, flat.split([b.numel() for b in group]), strict=True):
+            b.copy_(value.view_as(b))
+
+
+class FullyShardedStrategy:
+    """FSDP2 for any LightningModule: blocks of the wrap policy and the module's children sharded in setup()."""
+
+    BASE = "strategies.ModelParallelStrategy"
+
+    def __init__(
+        self,
+        settings: FSDPSettings,
+        cluster_environment=None,
+        timeout: timedelta = timedelta(seconds=DEFAULT_TIMEOUT_S),
+    ) -> None:
+        super().__init__(save_distributed_checkpoint=False, timeout=timeout)  # best checkpoints: one full file
+        self.settings = settings
+        self.cluster_environment = cluster_environment
+        self._buffers: list[torch.Tensor] = []
+
+    def setup_environment(self) -> None:
+        # Lightning's data_parallel × tensor_parallel mesh, all data-parallel; the sharding mesh is made in setup()
+        self._data_parallel_size, self._tensor_parallel_size = self.num_nodes * self.num_processes, 1
+        super().setup_environment()
+
+    @property
+    def distributed_sampler_kwargs(self) -> dict:
+        return {"num_replicas": self.world_size, "rank": self.global_rank}
+
+    def setup(self, trainer) -> None:
+        from torch.distributed.device_mesh import init_device_mesh
+
+        lightning = attribute(self.pl, "strategies.model_parallel")  # with the fabric of the same package
+        fitting = trainer.state.fn == attribute(self.pl, "trainer.states.TrainerFn").FITTING
+        self.accelerator.setup(trainer)
+        offload = self.settings.cpu_offload
+        if offload and self.root_device.type != "cuda":
+            raise UserError("fsdp.cpu_offload moves shards off the GPU; this process has none: set it to false")
+        # LightningCLI makes the optimizer before fit, over the parameters sharding replaces
+        self._unsharded = {id(p): (name, p) for name, p in self.model.named_parameters()}
+        if any(isinstance(m, FSDPModule) for m in self.model.modules()):
+            if self.global_rank == 0:
+                say("fsdp: the model's configure_model sharded it; fsdp.auto_wrap_policy is not applied")
+        else:
+            shape = mesh_shape(self.settings.sharding_strategy, self.num_nodes, self.num_processes)
+            names = ("replicate", "shard") if len(shape) == 2 else ("shard",)
+            mesh = init_device_mesh(self.root_device.type, shape, mesh_dim_names=names)
+            found, roots = shard(self.model, self.settings, mesh, offload)
+            if self.global_rank == 0:
+                say(
+                    f"fsdp: {self.settings.sharding_strategy} over {self.world_size} processes, {len(found)} blocks "
+                    f"and {len(roots)} roots ({', '.join(roots)}) sharded"
+                )
+        lightning._materialize_distributed_module(self.model, self.root_device)
+        self.model = self.precision_plugin.convert_module(self.model)
+        if offload:
+            to_device_unsharded(self.model, self.root_device)
+        else:
+            self.model_to_device()
+        self._buffers = list(self.model.buffers())
+        self.barrier()
+        if fitting:
+            self.setup_optimizers(trainer)
+        self.setup_precision_plugin()
+        if fitting and not offload:
+            lightning._optimizers_to_device(self.optimizers, self.root_device)
+
+    def setup_optimizers(self, trainer) -> None:
+        super().setup_optimizers(trainer)
+        rebind(self.optimizers, self._unsharded, dict(self.model.named_parameters()))
+        self._unsharded = {}  # the unsharded parameters go, with the last reference to them
+
+    def _sync_buffers(self) -> None:
+        if self._buffers and self.world_size > 1:
+            with torch.no_grad():
+                broadcast_buffers(self._buffers)
+
+    # before each forward, as DDP does (its broadcast_buffers=True), in training and in evaluation
+    def training_step(self, *args, **kwargs):
+        self._sync_buffers()
+        return super().training_step(*args, **kwargs)
+
+    def validation_step(self, *args, **kwargs):
+        self._sync_buffers()
+        return super().validation_step(*args, **kwargs)
+
+    def test_step(self, *args, **kwargs):
+        self._sync_buffers()
+        return super().test_step(*args, **kwargs)
+
+    def predict_step(self, *args, **kwargs):
+        self._sync_buffers()
+        return super().predict_step(*args, **kwargs)
+
+    def lightning_module_state_dict(self) -> dict:
+        # rank 0's buffers, those the next forward broadcasts: DCP writes each unsharded tensor from one rank, not
+        # always rank 0 (its plans balance the writes), so a save could mix both ranks' BatchNorm statistics and a
+        # resumed run would drift from an uninterrupted one (seen with MobileNet-V3, 2 processes)
+        self._sync_buffers()
+        return super().lightning_module_state_dict()
+
+    def save_checkpoint(self, checkpoint: dict, filepath, storage_options=None) -> None:
+        if not self._save_distributed_checkpoint:
+            return super().save_checkpoint(checkpoint, filepath, storage_options)  # one file, written by rank 0
+        root = Path(filepath)  # rank 0's path (ModelCheckpoint broadcasts it); on SageMaker each host's /opt/ml/...
+        name = self.broadcast(f"step-{checkpoint['global_step']:09d}-{time.time_ns()}")  # a new folder, never reused
+        target = root / name
+        state = {"state_dict": checkpoint.pop("state_dict")}
+        state.update({f"optimizer_{i}": s for i, s in enumerate(checkpoint.pop("optimizer_states", []))})
+        try:
+            dcp.save(state, checkpoint_id=target)  # each rank writes its file; rank 0 writes .metadata after all did
+        except CheckpointException as e:  # a full disk, say: reported as such
+            raise first_failure(e) from e
+        if self.global_rank == 0:
+            partial = target / f".{META}.partial"
+            torch.save({**checkpoint, "world_size": self.world_size}, partial)
+            os.replace(partial, target / META)
+        self.barrier()
+        # complete on every host: in each directory the first rank that wrote there removes the older saves
+        if committer(os.listdir(target)) == self.global_rank:
+            for entry in os.listdir(root):
+                if entry != name:
+                    shutil.rmtree(root / entry, ignore_errors=True)
+
+    def load_checkpoint(self, checkpoint_path, weights_only=None) -> dict:
+        path = Path(self.broadcast(str(checkpoint_path)))
+        try:
+            checkpoint = super().load_checkpoint(path, weights_only)
+        except CheckpointException as e:
+            cause = first_failure(e)
+            if MISFIT.search(str(cause)):
+                raise UserError(
+                    f"{path} does not fit this model ({str(cause).splitlines()[0][:200]}); resume with the model it "
+                    "was saved from, or point checkpoint.dirpath elsewhere to start over"
+                ) from e
+            raise cause from e
+        saved = checkpoint.get("world_size", self.world_size)
+        if saved != self.world_size and self.global_rank == 0:  # DCP reshards; a full file fits any world size
+            say(
+                f"resumed a checkpoint of {saved} processes on {self.world_size}: weights and optimizer state "
+                "resharded; the rest of this epoch's batches differ from an uninterrupted run's"
+            )
+        return checkpoint
+
+
+def first_failure(e: CheckpointException) -> BaseException:
+    """The exception of the lowest failing rank: DCP's own is a BaseException that no `except Exception` sees."""
+    return e.failures[min(e.failures)][0]
+
+
+def rebind(optimizers: list, unsharded: dict[int, tuple[str, nn.Parameter]], params: dict[str, nn.Parameter]) -> None:
+    """Point optimizers made before sharding at the sharded parameters of the same names (an activation-checkpoint
+    wrapper's part of a name does not count); optimizers made after are left as they are."""
+    by_name = {name.replace("_checkpoint_wrapped_module.", ""): p for name, p in params.items()}
+    for optimizer in optimizers:
+        for group in optimizer.param_groups:
+            group["params"] = [
+                by_name[unsharded[id(p)][0]] if unsharded.get(id(p), (None, None))[1] is p else p
+                for p in group["params"]
+            ]
+
+
+def committer(files: list[str]) -> int | None:
+    """The rank that tidies a directory after a save: the lowest whose file is in it (per host or shared)."""
+    ranks = [int(m[1]) for f in files if (m := RANK_FILE.fullmatch(f))]
+    return min(ranks) if ranks else None
+
+
+def missing(save: Path) -> list[str]:
+    """What a sharded save lacks to be resumed from: nothing once .metadata, meta.pt and every file it names are
+    there."""
+    if not (save / ".metadata").is_file():
+        return [".metadata"]
+    if not (save / META).is_file():
+        return [META]
+    metadata = dcp.FileSystemReader(save).read_metadata()
+    files = {item.relative_path for item in (metadata.storage_data or {}).values()}
+    return sorted(f for f in files if not (save / f).is_file())
+
+
+def newest_complete(root: Path) -> tuple[Path | None, list[str]]:
+    """The newest complete save in last.ckpt/, and a note for each newer one skipped as incomplete."""
+    skipped = []
+    for name in sorted((n for n in os.listdir(root) if SAVE.fullmatch(n)), reverse=True):
+        lacking = missing(root / name)
+        if not lacking:
+            return root / name, skipped
+        skipped.append(f"{name} lacks {', '.join(lacking[:3])}")
+    return None, skipped
+
+
+def resume_path(dirpath: str, announce: bool = True) -> str | None:
+    """Under fsdp, what a (re)started job resumes from: the newest complete save in checkpoint.dirpath's last.ckpt/
+    (newer ones cut short are skipped, said when `announce`); None when there is none."""
+    if "://" in dirpath:
+        raise UserError(
+            f"checkpoint.dirpath={dirpath}: trainer.strategy=fsdp writes its sharded checkpoints to a directory of "
+            "this machine; on SageMaker leave it unset (/opt/ml/checkpoints, synced to checkpoint_s3_uri)"
+        )
+    last = Path(dirpath) / "last.ckpt"
+    if last.is_file():
+        raise UserError(
+            f"{last} was written by trainer.strategy=ddp (one file) and cannot take fsdp's sharded saves; resume "
+            "it with ddp, or point checkpoint.dirpath elsewhere to start over"
+        )
+    if not last.is_dir():
+        return None
+    save, skipped = newest_complete(last)
+    for note in skipped if announce else []:
+        say(f"not resuming from {note} (a save cut short)")
+    return str(save) if save else None
+
+
+def refuse_sharded(dirpath: str) -> None:
+    """Under any other strategy: a last.ckpt/ of fsdp's sharded saves is named, not skipped or overwritten."""
+    if "://" not in dirpath and (Path(dirpath) / "last.ckpt").is_dir():
+        raise UserError(
+            f"{Path(dirpath) / 'last.ckpt'} holds sharded saves of trainer.strategy=fsdp; resume it with "
+            "trainer.strategy=fsdp, or point checkpoint.dirpath elsewhere to start over"
+        )
+
+
+def sharded(strategy) -> bool:
+    return isinstance(strategy, FullyShardedStrategy)
+
+
+@contextlib.contextmanager
+def sharded_saves(strategy):
+    """Checkpoints saved inside are sharded (one file per rank) under trainer.strategy=fsdp; unchanged otherwise."""
+    if not sharded(strategy):
+        yield
+        return
+    strategy._save_distributed_checkpoint = True
+    try:
+        yield
+    finally:
+        strategy._save_distributed_checkpoint = False
+
+
+def full_state_dict(strategy, module: nn.Module) -> dict[str, torch.Tensor]:
+    """The module's consolidated weights with the plain model's keys. Under fsdp every rank must call it (the shards
+    are gathered, one tensor at a time, into rank 0's host memory) and the others get an empty dict; elsewhere it is
+    module.state_dict()."""
+    if not sharded(strategy):
+        return module.state_dict()
+    return get_model_state_dict(module, options=StateDictOptions(full_state_dict=True, cpu_offload=True))

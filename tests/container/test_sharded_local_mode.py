@@ -1,0 +1,104 @@
+"""trainer.strategy=fsdp in the real image, SageMaker local mode, two hosts on CPU (gloo), ConvNeXt-T (28 M
+parameters, 2.5× ResNet-18; cheap at 32×32). Four jobs serve every check: ranks, world size and the same consolidated
+weights on both hosts, a model.pt that the plain model loads; every container SIGKILLed mid-epoch, restarted: it
+resumes at its last save, then docker stop (SIGTERM, as StopTrainingJob and spot) writes the sharded checkpoint well
+inside SageMaker's 120 s; restarted again, it ends with the uninterrupted run's weights.
+
+Run: REQUIRE_ALL_TIERS=1 .venv/bin/pytest tests/container/test_sharded_local_mode.py"""
+
+import os
+import re
+import subprocess
+import tarfile
+import time
+
+import pytest
+import torch
+from test_reliability import containers, finish, read_until, start_job
+
+from model import ImageClassifier
+from sagemaker_lightning import sharding
+from sagemaker_lightning.callbacks import weights_digest
+
+pytestmark = pytest.mark.container
+
+# 2 epochs of 6 steps of 2 × 8 images, a sharded last.ckpt every 2 steps; the model.pt of the last epoch
+FSDP = [
+    "--instance-count",
+    "2",
+    "trainer.strategy=fsdp",
+    "model.arch=convnext_tiny",
+    "trainer.max_epochs=2",
+    "trainer.limit_train_batches=6",
+    "trainer.limit_val_batches=1",
+    "trainer.accelerator=cpu",
+    "trainer.precision=32-true",
+    "trainer.enable_progress_bar=False",
+    "data.batch_size=8",
+    "checkpoint.monitor=null",
+    "last_checkpoint_every_n_steps=2",
+]
+
+
+def ranks(output: str) -> dict[int, tuple[str, int, str, int]]:
+    """{global rank: (host, world size, final weights, step)} as compose prints the ranks' lines."""
+    found = re.findall(r"\|\s*rank (\d+)/(\d+) host (\S+): weights (\w+) at step (\d+)", output)
+    return {int(rank): (host, int(world), digest, int(step)) for rank, world, host, digest, step in found}
+
+
+def saved(output: str) -> int:
+    return int(re.findall(r"saved last\.ckpt at epoch \d step (\d+)", output)[-1])
+
+
+def test_fsdp_on_two_local_mode_hosts_exports_and_resumes_exactly_after_sigkill_and_sigterm(
+    image, archive_dir, tmp_path
+):
+    job = start_job(image, archive_dir, tmp_path / "a", *FSDP)
+    output = finish(job, [])
+    assert job.returncode == 0, output[-5000:]
+    assert "fsdp: FULL_SHARD over 2 processes, 18 blocks and 1 roots (net) sharded" in output
+    found = ranks(output)
+    assert sorted(found) == [0, 1] and [found[r][0][:6] for r in (0, 1)] == ["algo-1", "algo-2"]
+    assert {world for _, world, _, _ in found.values()} == {2} and found[0][3] == 12
+    expected = found[0][2]
+    assert found[1][2] == expected  # the same consolidated weights on both hosts
+    (tar_path,) = re.findall(r"^model\.tar\.gz: (\S+)$", output, re.M)
+    with tarfile.open(tar_path) as tar:
+        tar.extractall(tmp_path / "model")
+    assert weights_digest(ImageClassifier.from_model_dir(str(tmp_path / "model"))) == expected  # the plain model
+
+    ckpts = tmp_path / "ckpts"  # a mounted channel: one directory for both hosts
+    job = start_job(image, archive_dir, tmp_path / "b", "--checkpoints", str(ckpts), *FSDP)
+    lines = read_until(job, r"saved last\.ckpt at epoch 0 step 4")
+    subprocess.run(["docker", "kill", *containers(image)], check=True, capture_output=True)
+    finish(job, lines)
+    assert job.returncode != 0
+    save, _ = sharding.newest_complete(ckpts / "last.ckpt")
+    step = torch.load(save / sharding.META, weights_only=False)["global_step"]
+    assert 4 <= step < 12
+
+    job = start_job(image, archive_dir, tmp_path / "c", "--checkpoints", str(ckpts), *FSDP)
+    lines = read_until(job, r"resuming at epoch \d step \d+")
+    assert f"step {step} from last.ckpt" in lines[-1]  # where the last save left it
+    lines += read_until(job, rf"saved last\.ckpt at epoch \d step (?!{step}\b)\d+")  # a save of its own
+    stopping = containers(image)
+    started = time.monotonic()
+    subprocess.run(["docker", "stop", "--time", "120", *stopping], check=True, capture_output=True)
+    stop_seconds = time.monotonic() - started
+    output = finish(job, lines)
+    assert "stopped by SIGTERM (StopTrainingJob or a spot interruption) after saving last.ckpt" in output
+    assert stop_seconds < 60
+    stopped_at = saved(output)  # the save SIGTERM made
+    codes = subprocess.run(
+        ["docker", "inspect", "-f", "{{.State.ExitCode}}", *stopping], capture_output=True, text=True
+    )
+    assert codes.stdout.split() == ["143", "143"]  # 128 + SIGTERM on both hosts: stopped, not failed
+    (save,) = os.listdir(ckpts / "last.ckpt")  # SIGTERM's, complete, one file per rank; the older ones removed
+    assert sharding.missing(ckpts / "last.ckpt" / save) == [] and save.startswith(f"step-{stopped_at:09d}-")
+    assert {"__0_0.distcp", "__1_0.distcp"} <= set(os.listdir(ckpts / "last.ckpt" / save))
+
+    job = start_job(image, archive_dir, tmp_path / "d", "--checkpoints", str(ckpts), *FSDP)
+    output = finish(job, [])
+    assert job.returncode == 0, output[-5000:]
+    assert re.search(rf"resuming at epoch \d step {stopped_at} from last.ckpt", output), output[-5000:]
+    assert {rank: digest for rank, (_, _, digest, _) in ranks(output).items()} == {0: expected, 1: expected}

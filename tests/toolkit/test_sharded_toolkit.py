@@ -1,0 +1,78 @@
+"""trainer.strategy=fsdp on two toolkit hosts (localhost, 127.0.0.1) on CPU with gloo, in four small jobs: the
+consolidated export, the sharded checkpoint SIGTERM writes, and exact resume after SIGKILL from the checkpoint
+directory as S3 gives it back. MobileNet-V3-Small (BatchNorm, 11 blocks) keeps them cheap: the container tier trains
+a ConvNeXt."""
+
+import os
+import re
+import shutil
+
+import pytest
+import torch
+
+from model import ImageClassifier
+from sagemaker_lightning import sharding
+from sagemaker_lightning.callbacks import weights_digest
+
+pytestmark = pytest.mark.toolkit
+
+PLUGINS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "plugins")
+HOSTS = ["localhost", "127.0.0.1"]
+FSDP = {  # six steps of 2 × 8 images; no best checkpoint, so model.pt is gathered from the shards at the end
+    "trainer.strategy": "fsdp",
+    "fsdp.activation_checkpointing": True,
+    "trainer.max_epochs": 1,
+    "trainer.limit_train_batches": 6,
+    "trainer.limit_val_batches": 1,
+    "trainer.enable_progress_bar": False,
+    "trainer.precision": "32-true",
+    "model.arch": "mobilenet_v3_small",
+    "data.batch_size": 8,
+    "checkpoint.save_top_k": 0,
+    "last_checkpoint_every_n_steps": 2,
+    "dist_timeout": 60,
+}
+
+
+def ranks(*hosts) -> dict[int, str]:
+    lines = "".join(host.output for host in hosts)
+    return {int(r): d for r, d in re.findall(r"^rank (\d+)/2 host \S+: weights (\w+) at step 6$", lines, re.M)}
+
+
+def test_fsdp_exports_stops_on_sigterm_and_resumes_a_killed_run_exactly(run_hosts, archive_dir, tmp_path):
+    first, second = run_hosts(HOSTS, FSDP, {"training": archive_dir})
+    assert first.returncode == second.returncode == 0, first.output[-3000:] + second.output[-3000:]
+    assert "fsdp: FULL_SHARD over 2 processes, 11 blocks and 1 roots (net) sharded" in first.output
+    digests = ranks(first, second)
+    assert sorted(digests) == [0, 1] and digests[0] == digests[1]  # the same consolidated weights on both ranks
+    exported = ImageClassifier.from_model_dir(first.path("model"))  # the plain, unsharded model takes model.pt
+    assert weights_digest(exported) == digests[0] and os.listdir(second.path("model")) == []
+    # the last save only, complete: one file per rank, in rank 0's directory (ModelCheckpoint's dirpath is rank 0's)
+    (save,) = os.listdir(first.path("checkpoints", "last.ckpt"))
+    files = [".metadata", "__0_0.distcp", "__1_0.distcp", "meta.pt"]
+    assert sorted(os.listdir(first.path("checkpoints", "last.ckpt", save))) == files
+
+    # SIGTERM to every host (StopTrainingJob, spot) at step 2: each stops, after the sharded save at that step
+    ckpts = tmp_path / "checkpoints"  # one directory for both hosts, as local mode's, FSx or EFS
+    stop = {"trainer.callbacks+": "faults.StopJob", "trainer.callbacks.step": 1, "checkpoint.dirpath": str(ckpts)}
+    stopped = run_hosts(HOSTS, {**FSDP, **stop}, {"training": archive_dir}, env={"PYTHONPATH": PLUGINS})
+    for host in stopped:
+        assert host.returncode != 0 and "stopped by SIGTERM" in host.failure, host.output[-3000:]
+    step = int(re.findall(r"saved last\.ckpt at epoch 0 step (\d+)", stopped[0].output)[-1])
+    (save,) = os.listdir(ckpts / "last.ckpt")
+    assert sharding.missing(ckpts / "last.ckpt" / save) == [] and save.startswith(f"step-{step:09d}-")
+    assert step < 4  # so that the next job saves at step 4 before it is killed
+
+    # resumed from SIGTERM's save, then rank 0 SIGKILLed at step 5, after the save at step 4
+    kill = {"trainer.callbacks+": "faults.KillRank", "trainer.callbacks.rank": 0, "trainer.callbacks.step": 5}
+    hps = {**FSDP, **kill, "checkpoint.dirpath": str(ckpts)}
+    killed, _ = run_hosts(HOSTS, hps, {"training": archive_dir}, env={"PYTHONPATH": PLUGINS})
+    assert f"resuming at epoch 0 step {step} from last.ckpt" in killed.output, killed.output[-3000:]
+    assert killed.returncode != 0 and "saved last.ckpt at epoch 0 step 4" in killed.output
+    restored = tmp_path / "restored"  # what a restarted job gets back from checkpoint_s3_uri
+    shutil.copytree(ckpts, restored)
+    resumed = run_hosts(HOSTS, {**FSDP, "checkpoint.dirpath": str(restored)}, {"training": archive_dir})
+    assert all(host.returncode == 0 for host in resumed), resumed[0].output[-3000:]
+    assert "resuming at epoch 0 step 4 from last.ckpt" in resumed[0].output
+    assert ranks(*resumed) == digests  # the uninterrupted run's weights
+    assert torch.load(resumed[0].path("model", "model.pt"), weights_only=True).keys() == exported.state_dict().keys()

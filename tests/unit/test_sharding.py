@@ -1,0 +1,270 @@
+"""trainer.strategy=fsdp (sagemaker_lightning/sharding.py): the strategy each launcher gets, in either Lightning
+package; the settings as hyperparameters; the one-line refusals; the rules of sharded saves; sharding itself in one
+real gloo process; a lightning.pytorch project trained, saved, resumed and exported under fsdp in this process."""
+
+import os
+from datetime import timedelta
+
+import lightning.pytorch
+import pytest
+import pytorch_lightning
+import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+import torchvision
+from torch.distributed.device_mesh import init_device_mesh
+
+import train
+from model import ImageClassifier
+from sagemaker_lightning import hyperparameters, sharding, strategy
+from sagemaker_lightning.callbacks import weights_digest
+from sagemaker_lightning.failure import UserError
+from sagemaker_lightning.flavor import attribute, made
+from sagemaker_lightning.plan import make_plan
+
+HOSTS = {"SM_HOSTS": '["algo-1","algo-2"]', "SM_CURRENT_HOST": "algo-2", "SM_NUM_GPUS": "0"}
+TORCHRUN = {"TORCHELASTIC_RUN_ID": "job", "LOCAL_WORLD_SIZE": "1", "RANK": "1", "LOCAL_RANK": "0", "WORLD_SIZE": "2"}
+MPIRUN = {"OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "2", "OMPI_COMM_WORLD_LOCAL_RANK": "0"}
+MPIRUN.update(OMPI_COMM_WORLD_LOCAL_SIZE="1", SM_CURRENT_HOST="algo-1")  # mpirun exports the first host's
+CPU = {"strategy": "fsdp", "accelerator": "cpu", "precision": "bf16-mixed"}
+PACKAGES = {"lightning.pytorch": lightning.pytorch, "pytorch_lightning": pytorch_lightning}
+LAUNCHERS = {  # launcher: (environment, cluster environment; None: Lightning detects its own)
+    "laptop": ({}, None),
+    "process": (HOSTS, "LightningEnvironment"),  # one process per host: the toolkit, SDK 3.x's basic driver
+    "mpirun": ({**HOSTS, **MPIRUN}, "LightningEnvironment"),  # pytorchddp, smdistributed, mpi
+    "torchrun": ({**HOSTS, **TORCHRUN}, "TorchElasticEnvironment"),  # torch_distributed, SDK 3.x's Torchrun()
+}
+
+
+def fsdp(pl, env=HOSTS, trainer_config=CPU, **settings):
+    plan = make_plan(env, {"eth0"}, trainer_config.get("accelerator"), timeout_s=42)
+    arguments = strategy.arguments(pl, plan, trainer_config, [], sharding.FSDPSettings(**settings))
+    return plan, arguments
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+@pytest.mark.parametrize("launcher", LAUNCHERS)
+def test_each_launcher_gets_its_cluster_environment_and_timeout_in_either_package(package, launcher):
+    env, cluster = LAUNCHERS[launcher]
+    pl = PACKAGES[package]
+    plan, arguments = fsdp(pl, env, sharding_strategy="HYBRID_SHARD", activation_checkpointing=True)
+    assert plan.launcher == ("none" if launcher == "laptop" else launcher)
+    (chosen,) = arguments.values()
+    assert isinstance(chosen, sharding.FullyShardedStrategy)
+    assert isinstance(chosen, attribute(pl, "strategies.ModelParallelStrategy"))  # of the project's own package
+    if cluster:
+        assert type(chosen.cluster_environment) is attribute(pl, f"plugins.environments.{cluster}")
+    else:
+        assert chosen.cluster_environment is None
+    assert chosen._timeout == timedelta(seconds=42)
+    assert chosen.settings == sharding.FSDPSettings("HYBRID_SHARD", None, True, False, None)
+
+
+def test_the_backend_follows_the_device_nccl_on_gpus_gloo_on_cpus():
+    _, arguments = fsdp(pytorch_lightning)
+    chosen = arguments["strategy"]
+    chosen.parallel_devices = [torch.device("cpu")]
+    assert chosen._get_process_group_backend() == "gloo"
+    chosen.parallel_devices = [torch.device("cuda", 0)]  # only read here: no GPU needed
+    assert chosen._get_process_group_backend() == "nccl"
+
+
+@pytest.mark.parametrize(
+    "env, trainer_config, settings, message",
+    [
+        (
+            {**HOSTS, "SM_FRAMEWORK_PARAMS": '{"sagemaker_distributed_dataparallel_enabled": true}'},
+            CPU,
+            {},
+            "SMDDP does not run trainer.strategy=fsdp .* use distribution torch_distributed or pytorchddp",
+        ),
+        (HOSTS, {**CPU, "precision": "16-mixed"}, {}, "trainer.precision=16-mixed does not work with"),
+        (HOSTS, CPU, {"cpu_offload": True}, "fsdp.cpu_offload moves shards off the GPU"),
+    ],
+)
+def test_combinations_fsdp_cannot_run_fail_in_one_line(env, trainer_config, settings, message):
+    """SMDDP is refused before its import: the line names the real problem on every image flavor."""
+    with pytest.raises(UserError, match=message) as e:
+        fsdp(pytorch_lightning, env, trainer_config, **settings)
+    assert "\n" not in str(e.value)
+
+
+def test_fsdp_settings_are_hyperparameters_dotted_or_nested(archive_dir):
+    """Typed as hyperparameters.json holds them, through the example's CLI; the rest of the trainer is as with ddp."""
+    given = {
+        "trainer.strategy": "fsdp",
+        "fsdp.auto_wrap_policy": ["CNBlock", "my.Block"],
+        "fsdp": {"sharding_strategy": "SHARD_GRAD_OP", "activation_checkpointing": True, "mixed_precision": "bf16"},
+    }
+    argv = [hyperparameters.argument(k, v) for k, v in given.items()]
+    cli = train.main(["--data.data_dir", archive_dir, "--trainer.accelerator", "cpu", *argv], run=False)
+    assert isinstance(cli.trainer.strategy, sharding.FullyShardedStrategy)
+    expected = sharding.FSDPSettings("SHARD_GRAD_OP", ["CNBlock", "my.Block"], True, False, "bf16")
+    assert cli.trainer.strategy.settings == expected
+
+
+def test_mesh_shards_over_all_processes_or_within_each_host():
+    assert sharding.mesh_shape("FULL_SHARD", 2, 8) == (16,)
+    assert sharding.mesh_shape("SHARD_GRAD_OP", 2, 8) == (16,)
+    assert sharding.mesh_shape("HYBRID_SHARD", 2, 8) == (2, 8)  # replicate across hosts, shard within one
+
+
+@pytest.mark.parametrize(
+    "arch, block",
+    [
+        ("resnet50", "Bottleneck"),
+        ("wide_resnet50_2", "Bottleneck"),
+        ("vit_b_16", "EncoderBlock"),
+        ("convnext_tiny", "CNBlock"),
+        ("swin_v2_t", "SwinTransformerBlockV2"),
+        ("efficientnet_v2_s", "MBConv"),
+        ("mobilenet_v3_small", "InvertedResidual"),
+        ("densenet121", "_DenseLayer"),
+    ],
+)
+def test_the_default_policy_finds_torchvision_blocks(arch, block):
+    with torch.device("meta"):  # the structure only: no memory, no initialisation
+        net = torchvision.models.get_model(arch, weights=None)
+    found = sharding.blocks(net, sharding.TORCHVISION_BLOCKS)
+    assert found and block in {type(m).__name__ for m in found}
+    inner_first = [m for m in net.modules() if m in found][::-1]
+    assert found == inner_first  # FSDP2 shards children before their parents
+
+
+def test_a_class_is_named_by_its_name_or_its_module_path():
+    block = torchvision.models.convnext.CNBlock(8, 0.0, 1e-6)
+    assert sharding.matches(block, ["CNBlock"]) and sharding.matches(block, ["torchvision.models.convnext.CNBlock"])
+    assert not sharding.matches(block, ["Block", "other.CNBlock"])
+
+
+def test_each_directory_is_tidied_by_the_first_rank_that_wrote_in_it():
+    assert sharding.committer(["__0_0.distcp", "__1_0.distcp", ".metadata", "meta.pt"]) == 0  # shared
+    assert sharding.committer(["__3_0.distcp", "__2_0.distcp"]) == 2  # a host's own directory
+    assert sharding.committer([".metadata"]) is None
+
+
+def save(folder, step: int, world_size: int = 2) -> str:
+    """A sharded save as FullyShardedStrategy writes it, from one process (DCP without a process group)."""
+    path = folder / f"step-{step:09d}-{step}"
+    dcp.save({"state_dict": {"w": torch.full((4,), float(step))}}, checkpoint_id=path, no_dist=True)
+    torch.save({"global_step": step, "world_size": world_size}, path / sharding.META)
+    return str(path)
+
+
+def test_resume_takes_the_newest_complete_save_and_skips_one_cut_short(tmp_path, capsys):
+    last = tmp_path / "last.ckpt"
+    save(last, 4)
+    newest = save(last, 6)
+    assert sharding.resume_path(str(tmp_path)) == newest
+    os.remove(os.path.join(newest, sharding.META))  # killed between .metadata and meta.pt
+    assert sharding.resume_path(str(tmp_path)) == str(last / "step-000000004-4")
+    assert "not resuming from step-000000006-6 lacks meta.pt (a save cut short)" in capsys.readouterr().out
+    os.remove(os.path.join(newest, ".metadata"))  # killed while the ranks wrote their files
+    assert sharding.missing(last / "step-000000006-6") == [".metadata"]
+
+
+def test_a_save_lacking_a_ranks_file_is_incomplete(tmp_path):
+    """On SageMaker each host's files reach S3 on their own: a restored save may lack one host's."""
+    path = save(tmp_path, 4)
+    (data,) = [f for f in os.listdir(path) if f.endswith(".distcp")]
+    os.remove(os.path.join(path, data))
+    assert sharding.missing(tmp_path / os.path.basename(path)) == [data]
+    assert sharding.newest_complete(tmp_path)[0] is None
+
+
+def test_a_checkpoint_of_the_other_strategy_is_named_not_loaded(tmp_path):
+    assert sharding.resume_path(str(tmp_path)) is None
+    torch.save({}, tmp_path / "last.ckpt")
+    sharding.refuse_sharded(str(tmp_path))  # ddp's own file: for checkpoints.resume_path
+    with pytest.raises(UserError, match=r"last.ckpt was written by trainer.strategy=ddp .* resume it with ddp"):
+        sharding.resume_path(str(tmp_path))
+    os.remove(tmp_path / "last.ckpt")
+    save(tmp_path / "last.ckpt", 2)
+    with pytest.raises(UserError, match="holds sharded saves of trainer.strategy=fsdp; resume it with"):
+        sharding.refuse_sharded(str(tmp_path))
+    with pytest.raises(UserError, match=r"checkpoint.dirpath=s3://b/c: trainer.strategy=fsdp writes its sharded"):
+        sharding.resume_path("s3://b/c")
+
+
+@pytest.fixture
+def one_process(free_port):
+    """A gloo process group of one process, as FSDP2 needs one to shard (an in-process fit may have left one)."""
+    mine = not dist.is_initialized()
+    if mine:
+        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
+        dist.init_process_group("gloo", rank=0, world_size=1)
+    yield init_device_mesh("cpu", (1,))
+    if mine:
+        dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("checkpointing", [False, True])
+def test_sharded_weights_consolidate_into_the_plain_models_state_dict(one_process, checkpointing):
+    torch.manual_seed(0)
+    model = ImageClassifier("resnet18", channels_last=True)  # channels-last weights: made contiguous to shard
+    plain = {k: v.clone() for k, v in model.state_dict().items()}
+    settings = sharding.FSDPSettings(activation_checkpointing=checkpointing)
+    found, roots = sharding.shard(model, settings, one_process, offload=False)
+    assert len(found) == 8 and roots == ["net"]  # ResNet-18's BasicBlocks, then the rest of the network
+    state = sharding.full_state_dict(made(sharding.FullyShardedStrategy, pytorch_lightning)(settings), model)
+    assert state.keys() == plain.keys()  # no FSDP or checkpoint-wrapper names
+    assert all(torch.equal(state[k], plain[k]) for k in plain)
+    ImageClassifier("resnet18").load_state_dict(state)  # strict: the unsharded model takes it as it is
+
+
+def test_optimizers_made_before_sharding_step_the_sharded_parameters(one_process):
+    model = ImageClassifier("resnet18")
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)  # as LightningCLI makes it, before fit
+    unsharded = {id(p): (n, p) for n, p in model.named_parameters()}
+    sharding.shard(model, sharding.FSDPSettings(activation_checkpointing=True), one_process, offload=False)
+    sharding.rebind([optimizer], unsharded, dict(model.named_parameters()))
+    assert [id(p) for p in optimizer.param_groups[0]["params"]] == [id(p) for p in model.parameters()]
+
+
+def test_a_wrap_policy_that_names_no_module_fails_in_one_line(one_process):
+    settings = sharding.FSDPSettings(auto_wrap_policy=["DecoderLayer"])
+    with pytest.raises(UserError, match=r"fsdp.auto_wrap_policy=\['DecoderLayer'\] names no module of the model"):
+        sharding.shard(ImageClassifier(), settings, one_process, offload=False)
+
+
+def test_with_offload_the_shards_stay_and_the_metrics_move(one_process):
+    """fsdp.cpu_offload: the sharded network stays in host memory, everything else goes to the device (seen on an
+    H100: metrics left behind failed the first step)."""
+    model = ImageClassifier("resnet18")
+    sharding.shard(model, sharding.FSDPSettings(), one_process, offload=False)
+    sharding.to_device_unsharded(model, torch.device("meta"))  # a device that needs no GPU
+    assert {p.device.type for p in model.net.parameters()} == {"cpu"}
+    assert model.val_loss.mean_value.device.type == "meta" and model.val_acc.tp.device.type == "meta"
+
+
+def test_weights_of_any_dtype_have_a_digest():
+    """bf16-true weights (numpy has no bfloat16): the digest reads their bytes."""
+    net = torch.nn.Linear(2, 2)
+    assert weights_digest(net.to(torch.bfloat16)) != weights_digest(net.float())
+
+
+def test_a_lightning_pytorch_project_trains_resumes_and_exports_under_fsdp(tmp_path, capsys):
+    """The runtime's LightningCLI with lightning.pytorch classes, one process: sharded last.ckpt saves, the newest
+    resumed by the next run, model.pt with the plain model's keys and tensors."""
+    from lightning.pytorch.demos.boring_classes import BoringDataModule, BoringModel
+
+    from sagemaker_lightning import LightningCLI
+
+    def fit(steps: int):
+        args = ["fit", "--trainer.strategy=fsdp", "--trainer.accelerator=cpu", "--trainer.devices=1"]
+        args += [f"--trainer.max_steps={steps}", "--trainer.limit_val_batches=0", "--trainer.logger=false"]
+        args += [f"--checkpoint.dirpath={tmp_path / 'ckpts'}", "--last_checkpoint_every_n_steps=2"]
+        args += [f"--model_dir={tmp_path / 'model'}", "--trainer.enable_progress_bar=false"]
+        return LightningCLI(BoringModel, BoringDataModule, args=args, save_config_callback=None)
+
+    cli = fit(3)
+    assert isinstance(cli.trainer.strategy, lightning.pytorch.strategies.ModelParallelStrategy)
+    (first,) = os.listdir(tmp_path / "ckpts" / "last.ckpt")  # the save at step 2, replaced by the one at step 3
+    assert first.startswith("step-000000003-") and sharding.missing(tmp_path / "ckpts" / "last.ckpt" / first) == []
+    fit(5)
+    assert "resuming at epoch 0 step 3 from last.ckpt" in capsys.readouterr().out
+    state = torch.load(tmp_path / "model" / "model.pt", weights_only=True)
+    assert {k: (type(v), tuple(v.shape)) for k, v in state.items()} == {
+        "layer.weight": (torch.Tensor, (2, 32)),
+        "layer.bias": (torch.Tensor, (2,)),
+    }
