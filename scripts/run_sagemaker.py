@@ -43,8 +43,9 @@ DISTRIBUTIONS = {
     },
     "mpi": {"sagemaker_mpi_enabled": True, "sagemaker_mpi_custom_mpi_options": ""},  # mpirun
 }
-# What the trainer prints (the runtime's LogLines and RankReport, app/sagemaker_lightning/callbacks.py), read by SageMaker into CloudWatch metrics and for
-# automatic model tuning; tests/toolkit checks them against the lines of a real run
+# What the trainer prints (the runtime's LogLines and RankReport, app/sagemaker_lightning/callbacks.py), read by SageMaker
+# into CloudWatch metrics and for automatic model tuning; tests/toolkit and tests/unit/test_callbacks.py check them
+# against the lines of real runs
 METRICS = {
     "train:loss": r"train/loss=([0-9.]+)",
     "train:images_per_second": r"images/s=([0-9.]+)",
