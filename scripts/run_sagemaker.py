@@ -19,6 +19,7 @@ import os
 import sys
 import time
 
+from sagemaker_lightning import quiet
 from sagemaker_lightning.hyperparameters import typed
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -26,6 +27,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
 os.environ.setdefault("SAGEMAKER_USER_CONFIG_OVERRIDE", os.path.join(HERE, "sagemaker_config.yaml"))
 logging.getLogger("sagemaker.config").setLevel(logging.WARNING)  # its INFO lines go to stdout, --dry-run's JSON too
+quiet.install()  # the SDK's own deprecation notices (SDK 2.x: that 3.x exists; --sdk runs either)
 LOCAL_ROLE = "arn:aws:iam::111111111111:role/service-role/LocalModeRole"
 CHECKPOINTS = "/opt/ml/checkpoints"  # SageMaker syncs it with checkpoint_s3_uri; app/sagemaker_env.py trains into it
 LOCAL_CHECKPOINTS = "/opt/ml/input/data/checkpoints"  # local mode has no checkpoint sync: a mounted channel instead

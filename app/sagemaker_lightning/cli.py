@@ -6,7 +6,8 @@
 It is a subclass of the LightningCLI of the package the project's classes are built on (lightning.pytorch or
 pytorch_lightning: flavor.py), chosen when it is called, so a project's own subclass of it works with either. Off
 SageMaker it only adds a few arguments (checkpoint, logger, model_dir, last_checkpoint_every_n_steps, dist_timeout,
-scale_lr_by_world_size) and one-line failures. On SageMaker, in this order:
+scale_lr_by_world_size), one-line failures, progress lines where there is no terminal (callbacks.py), and only the
+warnings a user can act on (quiet.py). On SageMaker, in this order:
   1. arguments: SageMaker's typed hyperparameters (hyperparameters.py) for the ones a launcher rendered, `fit` when
      no subcommand is given (both SageMaker launchers start the script with options only), and the job's paths
      before them so that the user's win: checkpoint.dirpath, model_dir, logger.save_dir, trainer.default_root_dir, the data
@@ -29,7 +30,16 @@ import tempfile
 import traceback
 from collections.abc import Mapping
 
-from sagemaker_lightning import checkpoints, failure, flavor, hyperparameters, resumable, signals, strategy
+from sagemaker_lightning import (
+    checkpoints,
+    failure,
+    flavor,
+    hyperparameters,
+    quiet,
+    resumable,
+    signals,
+    strategy,
+)
 from sagemaker_lightning.callbacks import LinearLRScaling, LogLines, RankReport, say
 from sagemaker_lightning.export import Export
 from sagemaker_lightning.plan import DEFAULT_TIMEOUT_S, Plan, check_world_size, make_plan
@@ -65,6 +75,7 @@ class LightningCLI:
     def __init__(self, *args, data_channels: Mapping[str, str] | None = None, **kwargs):
         self.data_channels = dict(data_channels) if data_channels else None
         self.plan: Plan = make_plan({}, set())  # off SageMaker until the environment says otherwise
+        quiet.install()  # after Lightning's import, whose own filters would otherwise come first
         self._stage = "configure"
         try:
             super().__init__(*args, **kwargs)
