@@ -1,7 +1,7 @@
 """The training precision for the machine a process runs on, when the project sets none (trainer.precision unset).
 
 Mixed precision pays only where the hardware multiplies in the narrow type; elsewhere torch emulates it, many times
-slower than 32-bit (ResNet-18 CIFAR, torch 2.14.1: app/example/trainer.yaml's comments, /work/notes/precision.md):
+slower than 32-bit (ResNet-18 CIFAR, torch 2.14.1: app/example/trainer.yaml's comments):
   CUDA GPU, compute capability 8.0+ (A100, A10G, L4, H100, ...)    bf16-mixed   bf16 tensor cores
   CUDA GPU, compute capability 7.x or 6.0 (V100, T4, P100)        16-mixed     fp16 units, no bf16
   other CUDA GPUs (6.1 and older: P4, P40, ...)                   32-true      fp16 at a fraction of fp32's rate
@@ -67,7 +67,7 @@ def choose(machine: Machine | None, given=None) -> Choice:
         if machine.cpu_bf16:  # ATEN_CPU_CAPABILITY holds torch below AVX512
             return Choice("32-true", f"a CPU torch runs at {machine.cpu_capability}, its {machine.cpu_bf16} unused")
         return Choice("32-true", f"a CPU without bf16 units ({machine.cpu_capability or 'capability unknown'})")
-    return Choice(None, f"no rule for {machine.device}")
+    return Choice(None, f"{machine.device}: no rule")
 
 
 def device_type(accelerator) -> str:
@@ -77,13 +77,13 @@ def device_type(accelerator) -> str:
     if accelerator is not None and not isinstance(accelerator, str):  # an Accelerator instance
         accelerator = type(accelerator).__name__.lower().removesuffix("accelerator")
     accelerator = (accelerator or "auto").lower()
-    if accelerator in ("auto", "gpu"):
-        if torch.cuda.is_available():
-            return "cuda"
-        if torch.backends.mps.is_available():
-            return "mps"
-        return "cpu" if accelerator == "auto" else "gpu"
-    return accelerator
+    if accelerator in ("auto", "gpu", "cuda") and torch.cuda.is_available():
+        return "cuda"
+    if accelerator in ("auto", "gpu", "mps") and torch.backends.mps.is_available():
+        return "mps"
+    if accelerator in ("gpu", "cuda"):
+        return "no GPU"  # Lightning's error follows
+    return "cpu" if accelerator == "auto" else accelerator
 
 
 def probe(accelerator=None, strategy=None) -> Machine:

@@ -36,6 +36,7 @@ TABLE = {
     "CPU without AVX (DEFAULT)": (cpu("DEFAULT"), None, "32-true"),
     "ARM CPU (SVE256)": (cpu("SVE256"), None, "32-true"),
     "Apple GPU (MPS)": (Machine("mps"), None, None),
+    "a GPU asked for, none found": (Machine("no GPU"), None, None),
     "user's choice on a CPU with AMX": (cpu("AVX512", "AMX"), "32-true", "32-true"),
     "user's choice on an AVX2 CPU": (cpu("AVX2"), "bf16-mixed", "bf16-mixed"),
     "user's choice on a T4": (gpu(7, 5), "32-true", "32-true"),
@@ -70,6 +71,8 @@ def test_probe_reads_what_torch_and_the_cpu_flags_say():
     expected = "AMX" if "amx_tile" in flags else "AVX512-BF16" if "avx512_bf16" in flags else ""
     assert machine.cpu_bf16 == expected
     assert probe("auto").device == ("cuda" if torch.cuda.is_available() else "cpu")
+    if not torch.cuda.is_available():
+        assert choose(probe("gpu")).line() == "precision: Lightning's default (no GPU: no rule)"
 
 
 def test_the_cli_trains_with_the_machines_choice_unless_the_project_sets_one(archive_dir):
