@@ -76,8 +76,11 @@ def report(results: dict[str, list[dict]], args: argparse.Namespace, data_dir: s
     best = {path: max(runs, key=lambda r: r["images_per_s"]) for path, runs in results.items()}
     hw = best["default"]["hardware"]
     print(f"date: {time.strftime('%Y-%m-%d')}")
+    limits = " ".join(f"{k}={v}" for k, v in hw["isa_limits"].items())
     print(
-        f"hardware: {hw['gpu'] or 'no GPU'}; CPU {hw['cpu']}, {hw['cores']} cores, {hw['torch_threads']} torch threads"
+        f"hardware: {hw['gpu'] or 'no GPU'}; CPU {hw['cpu']}, {hw['cores']} cores, {hw['torch_threads']} torch threads, "
+        f"torch CPU capability {hw['cpu_capability']}{', held by ' + limits if limits else ''}, "
+        f"bf16 units: {hw['cpu_bf16'] or 'none'}"
     )
     print(
         f"versions: python {hw['python']}, torch {hw['torch']}, torchvision {hw['torchvision']}, "
@@ -86,6 +89,7 @@ def report(results: dict[str, list[dict]], args: argparse.Namespace, data_dir: s
     print(
         f"data: {data_dir} ({args.train_images} generated images, 90% for training); device {best['default']['device']}"
     )
+    print(f"{best['default']['precision_line']} (default and model_only)")
     print(
         f"images/s over {args.steps} steps after {args.warmup} warm-up steps, best of {args.repeat} fresh process(es) per path;"
     )

@@ -21,6 +21,7 @@ import re
 import sys
 import time
 
+from sagemaker_lightning import quiet
 from sagemaker_lightning.hyperparameters import typed
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -28,6 +29,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
 os.environ.setdefault("SAGEMAKER_USER_CONFIG_OVERRIDE", os.path.join(HERE, "sagemaker_config.yaml"))
 logging.getLogger("sagemaker.config").setLevel(logging.WARNING)  # its INFO lines go to stdout, --dry-run's JSON too
+quiet.install()  # the SDK's own deprecation notices (SDK 2.x: that 3.x exists; --sdk runs either)
 LOCAL_ROLE = "arn:aws:iam::111111111111:role/service-role/LocalModeRole"
 CHECKPOINTS = "/opt/ml/checkpoints"  # SageMaker syncs it with checkpoint_s3_uri; app/sagemaker_env.py trains into it
 LOCAL_CHECKPOINTS = "/opt/ml/input/data/checkpoints"  # local mode has no checkpoint sync: a mounted channel instead
@@ -45,8 +47,9 @@ DISTRIBUTIONS = {
     },
     "mpi": {"sagemaker_mpi_enabled": True, "sagemaker_mpi_custom_mpi_options": ""},  # mpirun
 }
-# What the trainer prints (the runtime's LogLines and RankReport, app/sagemaker_lightning/callbacks.py), read by SageMaker into CloudWatch metrics and for
-# automatic model tuning; tests/toolkit checks them against the lines of a real run
+# What the trainer prints (the runtime's LogLines and RankReport, app/sagemaker_lightning/callbacks.py), read by SageMaker
+# into CloudWatch metrics and for automatic model tuning; tests/toolkit and tests/unit/test_callbacks.py check them
+# against the lines of real runs
 METRICS = {
     "train:loss": r"train/loss=([0-9.]+)",
     "train:images_per_second": r"images/s=([0-9.]+)",

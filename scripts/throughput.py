@@ -26,7 +26,12 @@ import torch  # noqa: E402
 import torchvision  # noqa: E402
 
 import train  # noqa: E402 (the example's)
+from sagemaker_lightning import precision  # noqa: E402
 from sagemaker_lightning.checkpoints import LastCheckpoint  # noqa: E402
+
+# torch and oneDNN held below the CPU's instruction set (ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 emulate an
+# AVX2-only CPU): reported with the figures
+ISA_LIMITS = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA")
 
 
 class Meter(pl.Callback):
@@ -93,8 +98,12 @@ def hardware() -> dict:
     if os.path.exists("/proc/cpuinfo"):
         with open("/proc/cpuinfo") as f:
             cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), cpu)
+    machine = precision.probe("cpu")
     return {
         "cpu": cpu,
+        "cpu_capability": machine.cpu_capability,  # torch.backends.cpu.get_cpu_capability()
+        "cpu_bf16": machine.cpu_bf16,
+        "isa_limits": {key: os.environ[key] for key in ISA_LIMITS if key in os.environ},
         "cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
         "torch_threads": torch.get_num_threads(),
         "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
@@ -144,6 +153,7 @@ def measure(train_args: list[str], warmup: int, steps: int, started: float, mode
         "batch_size": cli.datamodule.batch_size,
         "data": "synthetic, on the device" if model_only else type(cli.datamodule).__name__,
         "precision": cli.trainer.precision,
+        "precision_line": cli.precision.line(),  # chosen for the machine, or set
         "channels_last": cli.model.hparams.channels_last,
         "compile": cli.model.hparams.compile,
         "hardware": hardware(),

@@ -2,7 +2,7 @@
 the linear learning-rate rule. scripts/run_sagemaker.py's metric definitions read the progress and validation lines.
 Each is a mixin made into a Callback of the project's Lightning package (flavor.made).
 
-    python app/example/train.py ... | cat                            # no terminal: a progress line every log_every_n_steps
+    python app/example/train.py ... | cat          # no terminal: progress lines (first step, every 30 s, every log_every_n_steps)
     python app/example/train.py ... --scale_lr_by_world_size true   # lr × number of processes, logged once
 """
 
@@ -61,24 +61,27 @@ class RankReport:
 
 class LogLines:
     """Where there is no progress bar (stdout is not a terminal: CloudWatch, SageMaker's log streams), rank 0 prints
-    `epoch E step S/T: train/loss=L images/s=R eta=H:MM:SS` every trainer.log_every_n_steps steps, one plain line
-    each, instead of carriage-return progress bars."""
+    `epoch E step S/T: train/loss=L images/s=R eta=H:MM:SS`, one plain line each, instead of carriage-return progress
+    bars: after the first step (its rate includes the first step's one-off work), then every
+    trainer.log_every_n_steps steps and whenever `every_s` seconds have passed since the last line, so that a log
+    never stays silent for long, whatever the run's length (a single step longer than that: a line per step)."""
 
     BASE = "callbacks.Callback"
 
+    def __init__(self, every_s: float = 30.0, clock=time.monotonic):
+        self.every_s, self.clock = every_s, clock
+
     def on_train_start(self, trainer, pl_module):
-        self._since = (time.monotonic(), trainer.global_step)
+        self._since = (self.clock(), trainer.global_step)
+        self._first = trainer.global_step + 1  # a resumed run's first step too
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         step = trainer.global_step
-        if (
-            trainer.progress_bar_callback
-            or not trainer.is_global_zero
-            or step % trainer.log_every_n_steps
-            or step == self._since[1]
-        ):
+        if trainer.progress_bar_callback or not trainer.is_global_zero or step == self._since[1]:
             return
-        now, (then, then_step) = time.monotonic(), self._since
+        now, (then, then_step), n = self.clock(), self._since, trainer.log_every_n_steps
+        if not (step == self._first or (n and step % n == 0) or now - then >= self.every_s):
+            return
         self._since = (now, step)
         seconds_per_step = (now - then) / (step - then_step)
         images = len(batch[0]) * trainer.world_size  # every rank's batch has this size (full batches only)

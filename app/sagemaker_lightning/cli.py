@@ -6,7 +6,9 @@
 It is a subclass of the LightningCLI of the package the project's classes are built on (lightning.pytorch or
 pytorch_lightning: flavor.py), chosen when it is called, so a project's own subclass of it works with either. Off
 SageMaker it only adds a few arguments (checkpoint, logger, model_dir, last_checkpoint_every_n_steps, dist_timeout,
-scale_lr_by_world_size, the fsdp group of trainer.strategy=fsdp) and one-line failures. On SageMaker, in this order:
+scale_lr_by_world_size, the fsdp group of trainer.strategy=fsdp), one-line failures, the precision for the machine
+when the project sets none (precision.py, said in one line), progress lines where there is no terminal
+(callbacks.py), and only the warnings a user can act on (quiet.py). On SageMaker, in this order:
   1. arguments: SageMaker's typed hyperparameters (hyperparameters.py) for the ones a launcher rendered, `fit` when
      no subcommand is given (both SageMaker launchers start the script with options only), and the job's paths
      before them so that the user's win: checkpoint.dirpath, model_dir, logger.save_dir, trainer.default_root_dir, the data
@@ -32,7 +34,18 @@ import time
 import traceback
 from collections.abc import Mapping
 
-from sagemaker_lightning import checkpoints, failure, flavor, hyperparameters, resumable, sharding, signals, strategy
+from sagemaker_lightning import (
+    checkpoints,
+    failure,
+    flavor,
+    hyperparameters,
+    precision,
+    quiet,
+    resumable,
+    sharding,
+    signals,
+    strategy,
+)
 from sagemaker_lightning.callbacks import LinearLRScaling, LogLines, RankReport, say
 from sagemaker_lightning.export import Export
 from sagemaker_lightning.plan import DEFAULT_TIMEOUT_S, Plan, check_world_size, make_plan
@@ -69,6 +82,8 @@ class LightningCLI:
     def __init__(self, *args, data_channels: Mapping[str, str] | None = None, **kwargs):
         self.data_channels = dict(data_channels) if data_channels else None
         self.plan: Plan = make_plan({}, set())  # off SageMaker until the environment says otherwise
+        self.precision: precision.Choice | None = None  # trainer.precision's, or the machine's (precision.py)
+        quiet.install()  # after Lightning's import, whose own filters would otherwise come first
         self._stage = "configure"
         try:
             super().__init__(*args, **kwargs)
@@ -231,6 +246,11 @@ class LightningCLI:
         if config["scale_lr_by_world_size"]:
             callbacks.append(made(LinearLRScaling)())
         trainer_config = self._get(self.config_init, "trainer", default={})
+        if "precision" in trainer_config:  # a trainer class of the project's may not take it
+            self.precision = _precision(trainer_config)
+            kwargs["precision"] = self.precision.precision
+            if _global_rank_zero(self.plan, os.environ):
+                say(self.precision.line())
         kwargs["callbacks"] = [*(trainer_config.get("callbacks") or []), *callbacks]
         if trainer_config.get("logger") in (None, True):
             logger = self._get(self.config_init, "logger").as_dict()
@@ -321,11 +341,23 @@ class EndedChild(logging.Filter):
             logger.addFilter(self)
 
 
+def _precision(trainer: Mapping) -> precision.Choice:
+    """trainer.precision when the project sets it, else the machine's (precision.py)."""
+    if trainer["precision"] is not None:
+        return precision.choose(None, trainer["precision"])
+    return precision.choose(
+        precision.probe(trainer.get("accelerator"), trainer.get("strategy")), strategy=trainer.get("strategy")
+    )
+
+
 def _global_rank_zero(plan: Plan, env: Mapping[str, str]) -> bool:
     """Before the trainer exists: under the process launcher, Lightning's own processes for local ranks 1.. have
-    LOCAL_RANK; torchrun and mpirun give every process its RANK."""
+    LOCAL_RANK; torchrun and mpirun give every process its RANK. Off SageMaker, whichever of those a launcher set
+    (SLURM's too) is 0, or none is set: a single process."""
     if plan.launcher == "process":
         return plan.node_rank == 0 and "LOCAL_RANK" not in env
+    if plan.launcher == "none":
+        return all(env.get(key, "0") == "0" for key in ("RANK", "LOCAL_RANK", "NODE_RANK", "SLURM_PROCID"))
     return env.get("RANK") == "0"
 
 

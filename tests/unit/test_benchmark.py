@@ -3,6 +3,8 @@
 import argparse
 import re
 
+import torch
+
 import benchmark
 import throughput
 
@@ -22,6 +24,7 @@ def run(images_per_s: float, first_step_s: float = 5.0) -> dict:
         "batch_size": 128,
         "data": "DeviceCIFAR10DataModule",
         "precision": "bf16-mixed",
+        "precision_line": "precision: bf16-mixed for a CPU with AMX; trainer.precision sets another",
         "channels_last": True,
         "compile": False,
         "hardware": throughput.hardware(),
@@ -49,6 +52,9 @@ def test_last_line_parses_and_the_fastest_runs_count(capsys):
     default_row = next(line for line in lines if line.startswith("default "))
     assert " 6.0 " in default_row  # the fastest start-up of the runs
     assert any(line.startswith("versions: python ") and "torch " in line for line in lines)
+    hardware = next(line for line in lines if line.startswith("hardware: "))
+    assert f"torch CPU capability {torch.backends.cpu.get_cpu_capability()}" in hardware
+    assert any(line.startswith("precision: bf16-mixed for a CPU with AMX") for line in lines)
 
 
 def test_measured_steps_write_no_checkpoint(archive_dir, tmp_path):

@@ -1,0 +1,56 @@
+"""Which warnings reach a job's log: the ones a user can act on. One place for the whole runtime: the runtime's
+LightningCLI installs it in every training process, scripts/run_sagemaker.py before it imports the SageMaker SDK.
+
+Left out:
+  - deprecation notices raised in a library's own code (torch, Lightning, jsonargparse, the SageMaker SDK, this
+    runtime: LIBRARIES), e.g. Lightning's use of torch's deprecated LeafSpec: the library's business with its
+    dependencies. One raised in the project's own code (it calls a deprecated API) stays: the user can fix it.
+  - SageMaker SDK v2's notice that v3 exists (SAGEMAKER_SUPPRESS_V2_WARNING, the SDK's own switch: it logs the
+    notice besides warning it); run_sagemaker.py runs either SDK (--sdk).
+  - Lightning's warnings that the runtime makes moot (MOOT, each with its reason).
+Warnings about the configuration (Lightning's, jsonargparse's, the runtime's) stay. A -W option or PYTHONWARNINGS
+is the user's own choice of filters: then nothing is installed.
+
+    PYTHONWARNINGS=default python app/example/train.py ...     # every warning, as Python would show it
+"""
+
+import os
+import sys
+import warnings
+
+LIBRARIES = (
+    "torch",
+    "torchvision",
+    "torchmetrics",
+    "lightning",
+    "pytorch_lightning",
+    "lightning_fabric",
+    "lightning_utilities",
+    "jsonargparse",
+    "tensorboard",
+    "numpy",
+    "sagemaker",
+    "sagemaker_training",
+    "sagemaker_lightning",  # a library to the project: its deprecations are the runtime's to fix
+)
+DEPRECATIONS = (DeprecationWarning, PendingDeprecationWarning, FutureWarning)
+MOOT = (
+    # the runtime prints a progress line after the first step, then by time as well as by log_every_n_steps
+    # (callbacks.LogLines), and Lightning counts its logging steps across epochs: an epoch shorter than the
+    # interval still shows its progress, and TensorBoard still gets points when the run is longer than it
+    r".*is smaller than the logging interval",
+    # the summary's size estimate in 32 bits for a mixed precision, which the runtime may have chosen itself
+    r"Precision .* is not supported by the model summary",
+)
+
+
+def install() -> None:
+    """Add this module's filters in front of the process's (those installed later come before them)."""
+    if sys.warnoptions:
+        return
+    os.environ.setdefault("SAGEMAKER_SUPPRESS_V2_WARNING", "1")
+    libraries = rf"({'|'.join(LIBRARIES)})(\.|$)"
+    for category in DEPRECATIONS:
+        warnings.filterwarnings("ignore", category=category, module=libraries)
+    for message in MOOT:
+        warnings.filterwarnings("ignore", message=message)
