@@ -242,6 +242,7 @@ class LightningCLI:
             made(LogLines)(),
             made(checkpoints.LastCheckpoint)(config["last_checkpoint_every_n_steps"], model_checkpoint, unprotected),
             made(Export)(config["model_dir"], self._config_yaml),
+            made(signals.StopTogether)(),
         ]
         if config["scale_lr_by_world_size"]:
             callbacks.append(made(LinearLRScaling)())

@@ -66,6 +66,8 @@ def repaired(config: dict, interfaces: set[str], fallback: str | None) -> dict |
 def dist_timeout(given: dict) -> int:
     """dist_timeout from the job's hyperparameters, whichever form the SDK sent it in (3, "3", "600")."""
     value = hyperparameters.typed(given.get("dist_timeout", DEFAULT_TIMEOUT_S))
+    if isinstance(value, str) and value.strip().isdigit():  # SDK 2.x with source_dir JSON-encodes a string: '"60"'
+        value = int(value)
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
         raise failure.UserError(f"dist_timeout={value!r} is not a positive whole number of seconds; e.g. 600")
     return value

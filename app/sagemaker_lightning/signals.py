@@ -51,3 +51,34 @@ def why_unreached() -> str:
     return (
         f"PID 1 is {command[:60]!r}, not the image's entrypoint" if command else "PID 1 is not the image's entrypoint"
     )
+
+
+class StopTogether:
+    """Every rank stops at the same step when SIGTERM reaches the hosts at different moments (SageMaker signals each
+    host's PID 1 on its own). Lightning 2.6's handler broadcasts from inside the signal handler
+    (`_SignalConnector._sigterm_notifier_fn`): a rank signalled while its peers are inside another collective (DDP's
+    gradient all-reduce, FSDP's all-gathers) pairs that broadcast with the wrong operation, and its process dies
+    without a checkpoint (seen with fsdp on two local-mode hosts stopped by `docker stop`, gloo). Here the handler
+    only notes the signal; at the end of each training step the ranks agree (any rank signalled → all stop) and
+    Lightning stops them all after that step, where last.ckpt is saved. A lone process stops as Lightning stops it."""
+
+    BASE = "callbacks.Callback"
+
+    def setup(self, trainer, pl_module, stage):
+        connector, self.pending = trainer._signal_connector, False
+        notify = connector._sigterm_notifier_fn
+
+        def note(signum, frame):
+            if trainer.world_size == 1:
+                return notify(signum, frame)
+            if not self.pending:  # Lightning's process launcher's children get it too, as in Lightning's own
+                self.pending = True
+                if trainer.strategy.launcher is not None:
+                    trainer.strategy.launcher.kill(signum)
+
+        connector._sigterm_notifier_fn = note  # read when fit() registers its handlers, after setup
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        connector = trainer._signal_connector
+        if trainer.world_size > 1 and not connector.received_sigterm:
+            connector.received_sigterm = trainer.strategy.reduce_boolean_decision(self.pending, all=False)

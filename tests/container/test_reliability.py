@@ -4,7 +4,6 @@ never comes up, no network, and no credentials in the image or its logs."""
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import tarfile
@@ -169,25 +168,6 @@ def test_docker_stop_of_an_mpi_job_leaves_a_complete_checkpoint(image, archive_d
         ["docker", "inspect", "-f", "{{.State.ExitCode}}", container], capture_output=True, text=True
     )
     assert exit_code.stdout.strip() == "143"
-
-
-def test_an_mpi_rank_killed_for_memory_is_named(image, archive_dir, tmp_path):
-    """mpirun with 2 processes, rank 1 SIGKILLed (the job's own code: the example plus the tests' faults): the
-    failure line names rank 1, its host and the fix, from mpirun's own report."""
-    code = tmp_path / "code"
-    shutil.copytree(os.path.join(ROOT, "app", "example"), code, ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copy(os.path.join(ROOT, "tests", "plugins", "faults.py"), code)
-    job = start_job(image, archive_dir, tmp_path / "out", "--source-dir", str(code), "--entry-point", "train.py",
-                    "--distribution", "mpi", "--processes-per-host", "2", *RESUMABLE,
-                    "trainer.callbacks+=faults.KillRank", "dist_timeout=60")  # fmt: skip
-    output = finish(job, [])
-    assert job.returncode != 0
-    failures = re.findall(r"ERROR: (.*)", output)
-    assert failures and re.match(
-        r"training process rank 1 on host algo-1\S* was killed with SIGKILL, most often by the kernel's "
-        r"out-of-memory killer; lower data\.batch_size",
-        failures[-1],
-    ), output[-8000:]
 
 
 def opt_ml(tmp_path, hosts, current, hyperparameters) -> dict:

@@ -86,7 +86,9 @@ def test_fsdp_on_two_local_mode_hosts_exports_and_resumes_exactly_after_sigkill_
     subprocess.run(["docker", "stop", "--time", "120", *stopping], check=True, capture_output=True)
     stop_seconds = time.monotonic() - started
     output = finish(job, lines)
-    assert "stopped by SIGTERM (StopTrainingJob or a spot interruption) after saving last.ckpt" in output
+    assert "stopped by SIGTERM (StopTrainingJob or a spot interruption) after saving last.ckpt" in output, output[
+        -8000:
+    ]
     assert stop_seconds < 60
     stopped_at = saved(output)  # the save SIGTERM made
     codes = subprocess.run(

@@ -39,11 +39,14 @@ class StopJob(pl.Callback):
     """SIGTERM to this host's entrypoint, as SageMaker signals every host's PID 1 on StopTrainingJob and spot
     interruption: at the start of one step, or during the validation after it."""
 
-    def __init__(self, step: int = 2, validation: bool = False):
-        """step: the global step; validation: during the validation at that step rather than before the step."""
-        self.step, self.validation, self.done = step, validation, False
+    def __init__(self, step: int = 2, validation: bool = False, node_rank: int | None = None):
+        """step: the global step; validation: during the validation at that step rather than before the step;
+        node_rank: only that host (the others as if their SIGTERM had not arrived yet)."""
+        self.step, self.validation, self.node_rank, self.done = step, validation, node_rank, False
 
     def _stop(self, trainer) -> None:
+        if self.node_rank not in (None, trainer.node_rank):
+            return
         if not self.done and trainer.local_rank == 0 and trainer.global_step == self.step:
             self.done = True
             os.kill(entrypoint(), signal.SIGTERM)

@@ -44,6 +44,10 @@ def test_a_bad_dist_timeout_is_one_line_at_pid_1():
         with pytest.raises(UserError, match=r"dist_timeout=.* is not a positive whole number of seconds; e\.g\. 600"):
             entrypoint.dist_timeout({"dist_timeout": given})
     assert entrypoint.dist_timeout({"dist_timeout": "30"}) == entrypoint.dist_timeout({"dist_timeout": 30}) == 30
+    # SDK 2.x's Estimator with source_dir JSON-encodes every value; run_sagemaker.py passes words as strings
+    assert entrypoint.dist_timeout({"dist_timeout": '"30"'}) == 30
+    with pytest.raises(UserError, match="dist_timeout='-3' is not"):
+        entrypoint.dist_timeout({"dist_timeout": '"-3"'})
 
 
 # A launcher (as torchrun, mpirun or the toolkit are) that starts a trainer; each records the SIGTERM it receives
