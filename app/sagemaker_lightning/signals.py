@@ -65,20 +65,20 @@ class StopTogether:
     BASE = "callbacks.Callback"
 
     def setup(self, trainer, pl_module, stage):
-        connector, self.pending = trainer._signal_connector, False
-        notify = connector._sigterm_notifier_fn
+        self.pending = None  # a lone process: Lightning's own handler, which has no peer to pair with
+        if trainer.world_size == 1:
+            return
+        self.pending = False
 
         def note(signum, frame):
-            if trainer.world_size == 1:
-                return notify(signum, frame)
             if not self.pending:  # Lightning's process launcher's children get it too, as in Lightning's own
                 self.pending = True
                 if trainer.strategy.launcher is not None:
                     trainer.strategy.launcher.kill(signum)
 
-        connector._sigterm_notifier_fn = note  # read when fit() registers its handlers, after setup
+        trainer._signal_connector._sigterm_notifier_fn = note  # read when fit() registers its handlers, after setup
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         connector = trainer._signal_connector
-        if trainer.world_size > 1 and not connector.received_sigterm:
+        if self.pending is not None and not connector.received_sigterm:
             connector.received_sigterm = trainer.strategy.reduce_boolean_decision(self.pending, all=False)
