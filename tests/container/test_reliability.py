@@ -78,6 +78,21 @@ def partial_files(directory) -> list[str]:
     return [p for p in os.listdir(directory) if p.endswith(".partial")]
 
 
+def stopped_with_checkpoint(output: str, ckpts, container: str) -> int:
+    """The step a docker-stopped job saved at: its line says so, last.ckpt holds that step, the container exited 143
+    (128 + SIGTERM: stopped, not failed silently)."""
+    assert "stopped by SIGTERM (StopTrainingJob or a spot interruption) after saving last.ckpt" in output, output[
+        -5000:
+    ]
+    stopped_at = int(re.findall(r"saved last\.ckpt at epoch 0 step (\d+)", output)[-1])  # the save SIGTERM made
+    assert torch.load(ckpts / "last.ckpt", map_location="cpu", weights_only=False)["global_step"] == stopped_at
+    exit_code = subprocess.run(
+        ["docker", "inspect", "-f", "{{.State.ExitCode}}", container], capture_output=True, text=True
+    )
+    assert exit_code.stdout.strip() == "143"
+    return stopped_at
+
+
 def final(output: str) -> tuple[str, int]:
     (digest, step), *_ = re.findall(r"rank 0/\d+ host \S+: weights (\w+) at step (\d+)", output)
     return digest, int(step)
@@ -132,17 +147,8 @@ def test_sigterm_saves_a_checkpoint_at_the_step_reached(image, archive_dir, tmp_
     subprocess.run(["docker", "stop", "--time", "120", container], check=True, capture_output=True)
     stop_seconds = time.monotonic() - started
     output = finish(job, lines)
-    assert "stopped by SIGTERM (StopTrainingJob or a spot interruption) after saving last.ckpt" in output, output[
-        -5000:
-    ]
-    stopped_at = int(re.findall(r"saved last\.ckpt at epoch 0 step (\d+)", output)[-1])  # the save SIGTERM made
-    assert stopped_at > 3
-    assert torch.load(ckpts / "last.ckpt", map_location="cpu", weights_only=False)["global_step"] == stopped_at
+    assert stopped_with_checkpoint(output, ckpts, container) > 3
     assert stop_seconds < 60
-    exit_code = subprocess.run(
-        ["docker", "inspect", "-f", "{{.State.ExitCode}}", container], capture_output=True, text=True
-    )
-    assert exit_code.stdout.strip() == "143"  # 128 + SIGTERM: stopped, not failed silently
 
 
 def test_docker_stop_of_an_mpi_job_leaves_a_complete_checkpoint(image, archive_dir, tmp_path):
@@ -157,17 +163,8 @@ def test_docker_stop_of_an_mpi_job_leaves_a_complete_checkpoint(image, archive_d
     (container,) = containers(image)
     subprocess.run(["docker", "stop", "--time", "120", container], check=True, capture_output=True)
     output = finish(job, lines)
-    assert "stopped by SIGTERM (StopTrainingJob or a spot interruption) after saving last.ckpt" in output, output[
-        -5000:
-    ]
-    stopped_at = int(re.findall(r"saved last\.ckpt at epoch 0 step (\d+)", output)[-1])  # the save SIGTERM made
-    assert stopped_at > 3
-    assert torch.load(ckpts / "last.ckpt", map_location="cpu", weights_only=False)["global_step"] == stopped_at
+    assert stopped_with_checkpoint(output, ckpts, container) > 3
     assert partial_files(ckpts) == []
-    exit_code = subprocess.run(
-        ["docker", "inspect", "-f", "{{.State.ExitCode}}", container], capture_output=True, text=True
-    )
-    assert exit_code.stdout.strip() == "143"
 
 
 def opt_ml(tmp_path, hosts, current, hyperparameters) -> dict:
