@@ -19,6 +19,7 @@ import logging
 import os
 import re
 import sys
+import tempfile
 import time
 
 from sagemaker_lightning import quiet
@@ -346,7 +347,10 @@ def run_v2(job: Job) -> str | None:
     args, output = job.args, job.output
     if job.local:
         session = LocalSession()
-        session.config = {"local": {"local_code": True}}
+        # The SDK leaves each job's container root in the temp dir, a copy of the model in it (107 MB for the example's
+        # ResNet-18): ours instead, removed after the job. realpath: Docker Desktop mounts /private/var, not /var (macOS)
+        scratch = tempfile.TemporaryDirectory(prefix="sagemaker-local-", ignore_cleanup_errors=True)
+        session.config = {"local": {"local_code": True, "container_root": os.path.realpath(scratch.name)}}
         if output.startswith("file://"):
             output = f"{output}/{job.name}"  # local mode writes straight into the path; SageMaker adds the job folder
         cloud = {}
@@ -355,6 +359,7 @@ def run_v2(job: Job) -> str | None:
         if args.dry_run:
             intercept_create_training_job(boto_session)
         session = Session(boto_session=boto_session)
+        scratch = contextlib.nullcontext()
         cloud = dict(
             checkpoint_s3_uri=job.checkpoints,
             checkpoint_local_path=CHECKPOINTS,
@@ -383,7 +388,8 @@ def run_v2(job: Job) -> str | None:
         sagemaker_session=session,
         **cloud,
     )
-    estimator.fit(job.inputs, job_name=job.name, wait=job.wait, logs="All" if job.wait else "None")
+    with scratch:
+        estimator.fit(job.inputs, job_name=job.name, wait=job.wait, logs="All" if job.wait else "None")
     return estimator.model_data if job.wait else None
 
 

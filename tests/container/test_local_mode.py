@@ -1,6 +1,7 @@
 """The image in SageMaker local mode: the real SDK (2.x Estimator, 3.x ModelTrainer) starts containers with
 docker compose, and the toolkit in the image starts the training processes the way the distribution says."""
 
+import os
 import re
 import tarfile
 
@@ -40,14 +41,18 @@ def loads(tar_path, tmp_path) -> None:
 
 
 def test_one_instance(local_job, archive_dir, tmp_path):
-    """Also: AWS credentials (local mode copies them into the containers) appear nowhere in the job's logs."""
+    """Also: AWS credentials (local mode copies them into the containers) appear nowhere in the job's logs, and the job
+    leaves nothing in the temp dir."""
     secret = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYsagemakerLIGHTNING"
     credentials = {
         "AWS_ACCESS_KEY_ID": "AKIASAGEMAKERLIGHTNG",
         "AWS_SECRET_ACCESS_KEY": secret,
     }  # long-lived: copied in
-    code, output, runs = local_job(1, archive_dir, *TINY, env=credentials)
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    code, output, runs = local_job(1, archive_dir, *TINY, env={**credentials, "TMPDIR": str(scratch)})
     assert code == 0, output[-5000:]
+    assert os.listdir(scratch) == []  # the SDK's container root, a copy of the model in it, removed with the job
     assert not any(value in output for value in credentials.values())
     assert [world for _, world, _ in ranks(output).values()] == [1]
     tar_path = model_tar(output)
