@@ -111,6 +111,15 @@ def framework_hyperparameters(distribution: str, instance_type: str, processes_p
     return {k: json.dumps(v) for k, v in params.items()}
 
 
+def estimator_hyperparameters(hyperparameters: dict[str, str], source_dir: str | None) -> dict:
+    """What SDK 2.x's Estimator is given so that it sends `hyperparameters`: with a source_dir it JSON-encodes every
+    value itself, so the framework ones (encoded already) go in decoded; an empty custom_mpi_options encoded twice
+    reached mpirun as the argument '""', which it took for the program."""
+    if not source_dir:
+        return hyperparameters
+    return {k: json.loads(v) if k.startswith("sagemaker_") else v for k, v in hyperparameters.items()}
+
+
 def parse_args(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         description=__doc__.split("\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
@@ -383,7 +392,7 @@ def run_v2(job: Job) -> str | None:
         instance_count=args.instance_count,
         instance_type=args.instance_type,
         output_path=output,
-        hyperparameters=job.hyperparameters,
+        hyperparameters=estimator_hyperparameters(job.hyperparameters, job.source_dir),
         environment=job.environment,
         sagemaker_session=session,
         **cloud,
@@ -501,8 +510,13 @@ def main(argv: list[str] | None = None) -> int:
     if job.local and "checkpoints" in job.inputs:
         os.makedirs(job.inputs["checkpoints"][len("file://") :], exist_ok=True)
     watch = ValidationWatch(sys.stdout)
-    with contextlib.redirect_stdout(watch):
-        model = (run_v2 if sdk == "v2" else run_v3)(job)
+    try:
+        with contextlib.redirect_stdout(watch):
+            model = (run_v2 if sdk == "v2" else run_v3)(job)
+    except (RuntimeError, ValueError) as e:  # the SDKs' "job failed" (local mode; UnexpectedStatusException): one line
+        reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        print(f"error: job {job.name} failed ({reason[:300]}); the job's ERROR line above says why", file=sys.stderr)
+        return 1
     if model:
         print(f"model.tar.gz: {model[len('file://') :] if model.startswith('file://') else model}")
     elif not args.dry_run:

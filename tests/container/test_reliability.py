@@ -4,6 +4,7 @@ never comes up, no network, and no credentials in the image or its logs."""
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -165,6 +166,28 @@ def test_docker_stop_of_an_mpi_job_leaves_a_complete_checkpoint(image, archive_d
     output = finish(job, lines)
     assert stopped_with_checkpoint(output, ckpts, container) > 3
     assert partial_files(ckpts) == []
+
+
+def test_an_mpi_rank_killed_for_memory_is_named(image, archive_dir, tmp_path):
+    """mpirun with 2 processes, rank 1 SIGKILLed (the job's own code: the example plus the tests' faults): the
+    failure line names rank 1, its host and the fix, from mpirun's own report. Before: the job's framework
+    hyperparameters were encoded twice with --source-dir, and mpirun took '""' for the program. The client ends with
+    one line, not the SDK's traceback."""
+    code = tmp_path / "code"
+    shutil.copytree(os.path.join(ROOT, "app", "example"), code, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(os.path.join(ROOT, "tests", "plugins", "faults.py"), code)
+    job = start_job(image, archive_dir, tmp_path / "out", "--source-dir", str(code), "--entry-point", "train.py",
+                    "--distribution", "mpi", "--processes-per-host", "2", *RESUMABLE,
+                    "trainer.callbacks+=faults.KillRank", "dist_timeout=60")  # fmt: skip
+    output = finish(job, [])
+    assert job.returncode == 1 and "Traceback" not in output, output[-8000:]  # the client's last line: one of ours
+    assert re.search(r"\nerror: job lightning-\S+ failed \(.*\); the job's ERROR line above says why\n$", output)
+    failures = re.findall(r"ERROR: (.*)", output)
+    assert failures and re.match(
+        r"training process rank 1 on host algo-1\S* was killed with SIGKILL, most often by the kernel's "
+        r"out-of-memory killer; lower data\.batch_size",
+        failures[-1],
+    ), output[-8000:]
 
 
 def opt_ml(tmp_path, hosts, current, hyperparameters) -> dict:

@@ -5,7 +5,7 @@ import re
 import sys
 
 import pytest
-from sagemaker.estimator import EstimatorBase
+from sagemaker.estimator import Estimator, EstimatorBase
 from sagemaker.pytorch import PyTorch
 
 import run_sagemaker
@@ -32,6 +32,22 @@ def test_distributions_match_the_sdks_pytorch_estimator(name, distribution):
     expected = EstimatorBase._json_encode_hyperparameters(estimator._pytorch_distribution_configuration(distribution))
     processes = distribution.get("mpi", {}).get("processes_per_host")
     assert run_sagemaker.framework_hyperparameters(name, "ml.p4d.24xlarge", processes) == expected
+
+
+@pytest.mark.parametrize("source_dir", [None, "."])
+def test_a_job_with_source_dir_sends_the_framework_hyperparameters_once_encoded(source_dir):
+    """SDK 2.x encodes every value of a job with source_dir (before: '""' encoded twice, mpirun's program)."""
+    sent = run_sagemaker.framework_hyperparameters("mpi", "local", 2)
+    estimator = Estimator(
+        entry_point="train.py" if source_dir else None,
+        source_dir=source_dir,
+        image_uri="x:1",
+        role=run_sagemaker.LOCAL_ROLE,
+        instance_count=1,
+        instance_type="ml.c5.xlarge",
+        hyperparameters=run_sagemaker.estimator_hyperparameters({**sent, "trainer.max_epochs": "2"}, source_dir),
+    )
+    assert {k: v for k, v in estimator.hyperparameters().items() if k.startswith("sagemaker_")} == sent
 
 
 def test_no_distribution_adds_nothing_but_a_process_count():
