@@ -49,7 +49,7 @@ format: install  ## ruff: fix what it can, then format
 test: install  ## Run every test tier: unit, toolkit, cloud, container (REQUIRE_ALL_TIERS=1: a skipped tier fails)
 	.venv/bin/pytest -rs
 
-test-unit: install  ## The unit tier alone: pure functions and in-process objects (about 30 s on 2 cores)
+test-unit: install  ## The unit tier alone: pure functions and in-process objects (46 s on 2 cores)
 	.venv/bin/pytest -rs tests/unit
 
 bench: install  ## Training images/s: baseline (the pipeline of Martin Krasser's part 1, README), default path, model alone (BENCH_ARGS="--repeat 3 ...")
