@@ -40,7 +40,7 @@ def containers(image: str) -> list[str]:
     ).stdout.split()
 
 
-def start_job(image, data_dir, output, *words, sdk: str = "v2") -> subprocess.Popen:
+def start_job(image, data_dir, output, *words, sdk: str = "v2", env: dict | None = None) -> subprocess.Popen:
     cmd = [
         sys.executable if sdk == "v2" else os.path.join(ROOT, ".venv-sdk3", "bin", "python"),
         os.path.join(ROOT, "scripts", "run_sagemaker.py"),
@@ -54,7 +54,9 @@ def start_job(image, data_dir, output, *words, sdk: str = "v2") -> subprocess.Po
         str(output),
         *words,
     ]
-    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env={**os.environ, **(env or {})}
+    )
 
 
 def read_until(proc: subprocess.Popen, pattern: str, timeout: float = 300) -> list[str]:
@@ -172,15 +174,18 @@ def test_an_mpi_rank_killed_for_memory_is_named(image, archive_dir, tmp_path):
     """mpirun with 2 processes, rank 1 SIGKILLed (the job's own code: the example plus the tests' faults): the
     failure line names rank 1, its host and the fix, from mpirun's own report. Before: the job's framework
     hyperparameters were encoded twice with --source-dir, and mpirun took '""' for the program. The client ends with
-    one line, not the SDK's traceback."""
+    one line, not the SDK's traceback, and leaves nothing in the temp dir."""
     code = tmp_path / "code"
     shutil.copytree(os.path.join(ROOT, "app", "example"), code, ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(os.path.join(ROOT, "tests", "plugins", "faults.py"), code)
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
     job = start_job(image, archive_dir, tmp_path / "out", "--source-dir", str(code), "--entry-point", "train.py",
                     "--distribution", "mpi", "--processes-per-host", "2", *RESUMABLE,
-                    "trainer.callbacks+=faults.KillRank", "dist_timeout=60")  # fmt: skip
+                    "trainer.callbacks+=faults.KillRank", "dist_timeout=60", env={"TMPDIR": str(scratch)})  # fmt: skip
     output = finish(job, [])
     assert job.returncode == 1 and "Traceback" not in output, output[-8000:]  # the client's last line: one of ours
+    assert os.listdir(scratch) == []  # a failed job's container root is removed too
     assert re.search(r"\nerror: job lightning-\S+ failed \(.*\); the job's ERROR line above says why\n$", output)
     failures = re.findall(r"ERROR: (.*)", output)
     assert failures and re.match(
