@@ -26,3 +26,14 @@ def test_the_krasserm_articles_are_named_by_title_author_and_link():
     assert "Martin Krasser" in readme
     assert f"part 1: Distributed model training with PyTorch Lightning”]({PART1})" in readme
     assert f"part 2: Fault-tolerant model training on spot instances”]({PART2})" in readme
+
+
+def test_no_run_output_is_tracked_or_trackable():
+    """A training run started inside the repository (the user project's own folder, say) writes lightning_logs/ and
+    checkpoints there: none is committed, and .gitignore keeps them out (they would ship with a job's source_dir)."""
+    tracked = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
+    outputs = [n for n in tracked if "lightning_logs/" in n or n.endswith(".ckpt") or ".tfevents." in n]
+    assert outputs == []
+    written = ["tests/user_project/lightning_logs/version_0/events.out.tfevents.1.vm", "tests/user_project/last.ckpt"]
+    ignored = subprocess.run(["git", "check-ignore", *written], cwd=ROOT, capture_output=True, text=True).stdout
+    assert ignored.split() == written
