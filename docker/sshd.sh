@@ -16,7 +16,7 @@ rm -f /etc/ssh/ssh_host_*key* /root/.ssh/id_* /root/.ssh/authorized_keys /root/.
   printf 'PermitEmptyPasswords no\nAuthorizedKeysFile .ssh/authorized_keys\n\n'
   cat /etc/ssh/sshd_config
 } > /tmp/sshd_config && mv /tmp/sshd_config /etc/ssh/sshd_config
-# the client talks only to hosts whose host key the job's exchange wrote into known_hosts
-printf 'Host *\n  StrictHostKeyChecking yes\n  LogLevel ERROR\n' >> /etc/ssh/ssh_config
+# the client's settings (strict host keys) are written by the job into /root/.ssh/config (ssh.py), read before
+# /etc/ssh/ssh_config, where a base image may say otherwise
 # pam_loginuid fails in containers and closes the session
 sed -i 's/^session\s*required\s*pam_loginuid.so/session optional pam_loginuid.so/' /etc/pam.d/sshd

@@ -3,9 +3,10 @@
 The MPI runners (distribution mpi, pytorchddp, smdistributed) start the other hosts' ranks over SSH as root, and the
 training toolkit checks each host by logging in to it. The image's entrypoint (PID 1) prepares that before the
 toolkit starts sshd: every host makes its own host key and its own login key, offers both public keys on KEY_PORT,
-fetches every other host's, and from then on accepts logins only with the job's hosts' keys (authorized_keys) and
-talks only to hosts whose host key it fetched (known_hosts). The private keys never leave the host that made them.
-sshd takes no passwords (docker/sshd.sh).
+fetches every other host's, and from then on accepts logins only with the job's hosts' keys, each from its host's
+address (authorized_keys), and talks only to hosts whose host key it fetched (known_hosts, checked strictly by the
+client settings in ~/.ssh/config, which ssh reads before any ssh_config a base image brings: the first value of a
+setting wins). The private keys never leave the host that made them. sshd takes no passwords (docker/sshd.sh).
 
 Public keys need no secrecy, only to come from the right host: a host trusts the network to deliver its peers' keys
 at the start of the job (docs/reliability.md says why that is the choice). Nothing secret is served.
@@ -26,6 +27,7 @@ from sagemaker_lightning.failure import UserError
 KEY_PORT = 2201  # where each host offers its two public keys while the job runs
 MPI_RUNNERS = ("sagemaker_mpi_enabled", "sagemaker_pytorch_ddp_enabled", "sagemaker_distributed_dataparallel_enabled")
 HOST_KEY = "/etc/ssh/ssh_host_ed25519_key"  # the one host key docker/sshd.sh configures sshd with
+MAX_OFFER_BYTES = 4096  # two ed25519 public keys take about 220 bytes: a peer that sends more is not one of ours
 
 
 def needed(hyperparameters: Mapping) -> bool:
@@ -83,16 +85,31 @@ def serve(keys: Keys, port: int = KEY_PORT) -> socket.socket:
     return server
 
 
+def receive(connection: socket.socket, deadline: float) -> bytes:
+    """What a peer sends until it closes: at most MAX_OFFER_BYTES, by `deadline` (time.monotonic()); else ValueError
+    or TimeoutError, however slowly or much it sends."""
+    received = b""
+    while True:
+        connection.settimeout(max(0.01, deadline - time.monotonic()))
+        chunk = connection.recv(MAX_OFFER_BYTES + 1 - len(received))
+        if not chunk:
+            return received
+        received += chunk
+        if len(received) > MAX_OFFER_BYTES:
+            raise ValueError(f"it sent more than {MAX_OFFER_BYTES} bytes")
+        if time.monotonic() > deadline:
+            raise TimeoutError("it did not finish sending in time")
+
+
 def fetch(address: str, deadline: float, port: int = KEY_PORT) -> Keys:
-    """The keys `address` offers, trying until `deadline` (time.monotonic()); OSError after it."""
+    """The keys `address` offers, trying until `deadline` (time.monotonic()); OSError or ValueError after it. Each
+    try takes at most 5 s, whatever the peer does."""
     while True:
         try:
-            wait = max(1.0, min(5.0, deadline - time.monotonic()))
+            attempt = min(deadline, time.monotonic() + 5.0)
+            wait = max(1.0, attempt - time.monotonic())
             with socket.create_connection((address, port), timeout=wait) as connection:
-                chunks = []
-                while chunk := connection.recv(4096):
-                    chunks.append(chunk)
-            return Keys.parse(b"".join(chunks).decode())
+                return Keys.parse(receive(connection, max(attempt, time.monotonic() + 1.0)).decode(errors="replace"))
         except (OSError, ValueError):
             if time.monotonic() > deadline:
                 raise
@@ -100,12 +117,16 @@ def fetch(address: str, deadline: float, port: int = KEY_PORT) -> Keys:
 
 
 def authorize(ssh_dir: str, peers: Mapping[str, tuple[str, Keys]]) -> None:
-    """Log-ins with the job's hosts' keys only (authorized_keys, replacing any the image or a base image left), and
-    connections to the job's hosts only with the host keys they offered (known_hosts). peers: host name → (its
-    address, its keys), this host included."""
+    """Log-ins with the job's hosts' keys only, each from its host's address (authorized_keys, replacing any the image
+    or a base image left), and connections to the job's hosts only with the host keys they offered (known_hosts,
+    checked strictly: config). peers: host name → (its address, its keys), this host included."""
+    known_hosts = os.path.join(ssh_dir, "known_hosts")
     files = {
-        "authorized_keys": "".join(f"{keys.login}\n" for _, keys in peers.values()),
+        "authorized_keys": "".join(f'from="{address}" {keys.login}\n' for address, keys in peers.values()),
         "known_hosts": "".join(f"{name},{address} {keys.host}\n" for name, (address, keys) in peers.items()),
+        # the user's file, read before /etc/ssh/ssh_config (where AWS's DLCs write StrictHostKeyChecking no)
+        "config": f"Host *\n  StrictHostKeyChecking yes\n  UserKnownHostsFile {known_hosts}\n"
+        "  GlobalKnownHostsFile /dev/null\n  LogLevel ERROR\n",
     }
     for name, text in files.items():
         path = os.path.join(ssh_dir, name)

@@ -386,3 +386,25 @@ def test_sshd_takes_the_jobs_keys_only(image):
         capture_output=True, text=True,
     )  # fmt: skip
     assert "No such file" in leftovers.stdout and "ssh_host_" not in leftovers.stdout.replace("ssh_host_*", "")
+
+
+def test_host_keys_are_checked_whatever_the_base_image_says(image):
+    """A stand-in for AWS's DLC bases, whose /etc/ssh/ssh_config says `StrictHostKeyChecking no` before anything
+    appended to it (ssh keeps a setting's first value): once the job's keys are exchanged, `ssh -G` shows the job's
+    settings in force (ssh.py writes them to ~/.ssh/config, read before ssh_config)."""
+    script = (
+        "printf 'Host *\\n  StrictHostKeyChecking no\\n' | cat - /etc/ssh/ssh_config > /tmp/c && "
+        "cp /tmp/c /etc/ssh/ssh_config && ssh -G algo-2 | grep -i stricthostkeychecking && "
+        'python3 -c \'from sagemaker_lightning import ssh; k = ssh.make_keys("/root/.ssh", "/tmp/host"); '
+        'ssh.authorize("/root/.ssh", {"algo-2": ("10.0.0.2", k)})\' && echo exchanged && ssh -G algo-2'
+    )
+    shown = subprocess.run(
+        ["docker", "run", "--rm", "--entrypoint", "sh", image, "-c", script], capture_output=True, text=True
+    )
+    assert shown.returncode == 0, shown.stderr
+    before, after = shown.stdout.split("exchanged\n")
+    assert before.strip() == "stricthostkeychecking false"  # the stand-in base's setting holds at first
+    settings = dict(line.split(" ", 1) for line in after.splitlines() if " " in line)
+    assert settings["stricthostkeychecking"] == "true"
+    assert settings["userknownhostsfile"] == "/root/.ssh/known_hosts"
+    assert settings["globalknownhostsfile"] == "/dev/null"
