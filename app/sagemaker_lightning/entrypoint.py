@@ -32,7 +32,7 @@ import threading
 import time
 
 from sagemaker_lightning import failure, hyperparameters, signals, ssh
-from sagemaker_lightning.plan import DEFAULT_TIMEOUT_S
+from sagemaker_lightning.plan import DEFAULT_TIMEOUT_S, check_timeout
 
 BASE = os.environ.get("SAGEMAKER_BASE_DIR", "/opt/ml")
 RESOURCE_CONFIG = os.path.join(BASE, "input", "config", "resourceconfig.json")
@@ -70,7 +70,7 @@ def dist_timeout(given: dict) -> int:
         value = int(value)
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
         raise failure.UserError(f"dist_timeout={value!r} is not a positive whole number of seconds; e.g. 600")
-    return value
+    return check_timeout(value)
 
 
 def unresolved(hosts: list[str], timeout_s: float) -> str | None:
@@ -166,7 +166,22 @@ def copy(stream, to, tail: collections.deque) -> threading.Thread:
     return thread
 
 
+class Stopped(Exception):
+    """A stop (SIGTERM, SIGINT) while the job was being prepared."""
+
+
 def main() -> int:
+    # From the first instruction: a stop during the host wait or the SSH exchange (up to dist_timeout) ends the
+    # container at once; a PID 1 without a handler never receives SIGTERM, and would wait for SageMaker's SIGKILL
+    preparing, pending = True, []
+
+    def on_early_signal(signum, frame):
+        pending.append(signum)
+        if preparing:
+            raise Stopped(signum)
+
+    signal.signal(signal.SIGTERM, on_early_signal)
+    signal.signal(signal.SIGINT, on_early_signal)
     command = sys.argv[1:] or ["train"]
     env = dict(os.environ)
     in_job = os.path.exists(RESOURCE_CONFIG)
@@ -174,12 +189,21 @@ def main() -> int:
     if in_job:
         try:
             prepare_job(env)
+        except Stopped as e:
+            failure.report(
+                f"stopped by {signal.Signals(e.args[0]).name} while the job was starting (waiting for its hosts, "
+                "exchanging SSH keys): nothing was trained; a job restarted with the same checkpoint location resumes "
+                "from its checkpoints, if any",
+                output_dir=OUTPUT,
+            )
+            return 128 + e.args[0]
         except failure.UserError as e:
             return failure.report(str(e), output_dir=OUTPUT)
         except (OSError, ValueError, KeyError) as e:  # SageMaker's own files unreadable: say which, in one line
             return failure.report(
                 f"the image's entrypoint cannot prepare the job: {type(e).__name__}: {e}", output_dir=OUTPUT
             )
+    preparing = False  # a stop from here on is passed on to the command (below), one that comes meanwhile too
     # in a job the command's output passes through here, its end kept for the failure line
     pipe = subprocess.PIPE if in_job else None
     child = subprocess.Popen(command, env=env, stdout=pipe, stderr=pipe, start_new_session=os.getpid() != 1)
@@ -206,6 +230,8 @@ def main() -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    for signum in pending[:1]:
+        on_signal(signum, None)
     code = None
     while True:  # reap every child, orphans included, until none is left or time is up
         try:

@@ -27,6 +27,7 @@ from sagemaker_lightning.failure import UserError
 DEFAULT_MASTER_PORT = "29500"  # torch.distributed's own default; MASTER_PORT (or SDK 3.x's SM_MASTER_PORT) wins
 DEFAULT_CHANNEL = "training"  # the input channel that holds the data; DATA_CHANNEL in the environment names another
 DEFAULT_TIMEOUT_S = 600  # seconds a rank waits for the others (dist_timeout); torch's own default is 30 minutes
+MAX_TIMEOUT_S = 28 * 24 * 3600  # the longest a SageMaker job runs (MaxRuntimeInSeconds): no wait needs to be longer
 # EFA with GPUDirect RDMA (AWS EFA docs); "p6" covers p6-b200, p6e-gb200 and later sizes
 RDMA_FAMILIES = ("p4d", "p4de", "p5", "p5e", "p5en", "trn1", "trn1n", "trn2")
 # EFA without GPUDirect RDMA
@@ -219,6 +220,16 @@ def _rank_env(env: Mapping[str, str], mode: str, names: list[str], node_rank: in
     return out
 
 
+def check_timeout(seconds: int) -> int:
+    """dist_timeout, when it is a wait torch can hold (timedelta overflows past 999,999,999 days) and a job can use."""
+    if not 0 < seconds <= MAX_TIMEOUT_S:
+        raise UserError(
+            f"dist_timeout={seconds} must be a positive number of seconds, at most {MAX_TIMEOUT_S} (28 days, the "
+            "longest a SageMaker job runs), e.g. 600"
+        )
+    return seconds
+
+
 def make_plan(
     env: Mapping[str, str],
     interfaces: Collection[str],
@@ -231,8 +242,7 @@ def make_plan(
     """The plan for this process. `interfaces`: the network interfaces here; `accelerator`, `devices`: the trainer's
     settings (resolved from every source: YAML, --config, arguments); `checkpoint_dir`: the job's checkpoint_local_path
     (checkpoints.local_path), when it names one; `workers`: whether DataLoader workers fork."""
-    if timeout_s <= 0:  # off SageMaker too: the strategy gets it
-        raise UserError(f"dist_timeout={timeout_s} must be a positive number of seconds, e.g. 600")
+    check_timeout(timeout_s)  # off SageMaker too: the strategy gets it
     mode = launcher(env)
     if mode == "none":
         return Plan(

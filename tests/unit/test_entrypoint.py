@@ -1,6 +1,7 @@
 """The image's entrypoint: which network interface replaces one the container lacks, a bad dist_timeout, and who
 gets SIGTERM."""
 
+import json
 import os
 import signal
 import subprocess
@@ -48,6 +49,8 @@ def test_a_bad_dist_timeout_is_one_line_at_pid_1():
     assert entrypoint.dist_timeout({"dist_timeout": '"30"'}) == 30
     with pytest.raises(UserError, match="dist_timeout='-3' is not"):
         entrypoint.dist_timeout({"dist_timeout": '"-3"'})
+    with pytest.raises(UserError, match=r"dist_timeout=100000000000000 must be .* at most 2419200 \(28 days"):
+        entrypoint.dist_timeout({"dist_timeout": "100000000000000"})  # timedelta's range: a traceback before
 
 
 # A launcher (as torchrun, mpirun or the toolkit are) that starts a trainer; each records the SIGTERM it receives
@@ -82,3 +85,39 @@ def test_sigterm_goes_to_the_registered_trainers_not_to_their_launcher(tmp_path)
     pid1.send_signal(signal.SIGTERM)
     assert pid1.wait(timeout=30) == 143
     assert sorted(p.name for p in tmp_path.iterdir() if p.is_file()) == ["ready", "trainer"]
+
+
+def handles(pid: int, signum: int) -> bool:
+    """Whether process `pid` has installed a handler for `signum` (its SigCgt mask in /proc)."""
+    with open(f"/proc/{pid}/status") as f:
+        caught = next(int(line.split()[1], 16) for line in f if line.startswith("SigCgt:"))
+    return bool(caught & (1 << (signum - 1)))
+
+
+def test_a_stop_while_the_job_waits_for_its_hosts_ends_it_at_once(tmp_path):
+    """SIGTERM while PID 1 waits for a host that never comes up (up to dist_timeout): exit 143 within seconds, one
+    line on stderr and in the failure file; nothing runs the command. A PID 1 without a handler ignores SIGTERM, and
+    SageMaker's SIGKILL would end it 120 s later."""
+    config = tmp_path / "input" / "config"
+    config.mkdir(parents=True)
+    hosts = {"current_host": "localhost", "hosts": ["localhost", "no-such-host.invalid"]}
+    (config / "resourceconfig.json").write_text(json.dumps(hosts))
+    (config / "hyperparameters.json").write_text(json.dumps({"dist_timeout": "300"}))
+    (tmp_path / "output").mkdir()
+    env = {**os.environ, "SAGEMAKER_LIGHTNING_RUN_DIR": str(tmp_path / "run"), "SAGEMAKER_BASE_DIR": str(tmp_path)}
+    env["SAGEMAKER_LIGHTNING_EXAMPLE"] = str(tmp_path / "example")
+    (tmp_path / "example").mkdir()
+    command = [sys.executable, "-m", "sagemaker_lightning.entrypoint", "touch", str(tmp_path / "ran")]
+    pid1 = subprocess.Popen(command, env=env, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 30
+    while not handles(pid1.pid, signal.SIGTERM):  # the handler, set from the first instruction
+        assert time.monotonic() < deadline and pid1.poll() is None, "the entrypoint did not start"
+        time.sleep(0.05)
+    time.sleep(1)  # inside the host wait
+    pid1.send_signal(signal.SIGTERM)
+    assert pid1.wait(timeout=15) == 143
+    line = "stopped by SIGTERM while the job was starting (waiting for its hosts, exchanging SSH keys)"
+    (error,) = [e for e in pid1.stderr.read().splitlines() if e.startswith("ERROR:")]
+    assert error.startswith(f"ERROR: {line}")
+    assert (tmp_path / "output" / "failure").read_text().startswith(line)
+    assert not (tmp_path / "ran").exists()
