@@ -1,35 +1,43 @@
 """Checkpoints a restarted job resumes from: last.ckpt every N steps, at each epoch end and on SIGTERM, written
-atomically.
+atomically, its predecessor kept beside it.
 
-SageMaker syncs /opt/ml/checkpoints (or the job's checkpoint_local_path) to checkpoint_s3_uri and restores it on a
-restarted (spot) job; the runtime's LightningCLI resumes from last.ckpt there (cli.py), or from the newest checkpoint
-that can be resumed from when last.ckpt cannot. checkpoint.dirpath may be an s3:// URL as well.
+SageMaker syncs /opt/ml/checkpoints (or the job's checkpoint_local_path) to checkpoint_s3_uri in the background (a
+file deleted here is deleted there too) and restores it on a restarted (spot) job; the runtime's LightningCLI resumes
+from last.ckpt there, or from the newest checkpoint that can be resumed from when last.ckpt cannot (resume.py).
+checkpoint.dirpath may be an s3:// URL as well.
 
     python app/example/train.py ... --checkpoint.dirpath ckpts --last_checkpoint_every_n_steps 50
 """
 
-import io
 import json
 import os
 import time
-import zipfile
 from collections.abc import Mapping
 
 import fsspec
 import fsspec.implementations.local
-import torch
 
-from sagemaker_lightning import sharding
+from sagemaker_lightning import resume, sharding
 from sagemaker_lightning.callbacks import say
 from sagemaker_lightning.failure import UserError
 from sagemaker_lightning.flavor import attribute
 
+PREVIOUS = "last-previous.ckpt"  # last.ckpt's predecessor, kept while last.ckpt is replaced and uploaded
+
 
 class AtomicCheckpointIO:
     """Each checkpoint goes to a temporary name first and is renamed when complete: a kill during a save never
-    leaves a broken file under the real name (remote paths are written as Lightning writes them)."""
+    leaves a broken file under the real name (remote paths are written as Lightning writes them). A read that fails
+    for a transient reason is tried again (resume.retried); the checkpoint a job resumes from is the one global rank
+    0 chose (`resume`, set by the CLI: resume.ResumePoint)."""
 
     BASE = "plugins.io.TorchCheckpointIO"
+    resume: "resume.ResumePoint | None" = None
+
+    def load_checkpoint(self, path, *args, **kwargs):
+        path = self.resume.choose(path) if self.resume else path
+        load = super().load_checkpoint
+        return resume.retried(lambda: load(path, *args, **kwargs), str(path))
 
     def save_checkpoint(self, checkpoint, path, storage_options=None):
         path = str(path)
@@ -69,6 +77,11 @@ class LastCheckpoint:
     def __init__(self, every_n_steps: int | None, checkpoint, unprotected: str | None = None):
         """every_n_steps: 0 for epoch ends and SIGTERM only; None: 0, or about a minute where `unprotected`.
         checkpoint: the ModelCheckpoint whose directory (its dirpath, once set up) holds last.ckpt."""
+        if every_n_steps is not None and every_n_steps < 0:  # `step % -1 == 0` would save at every step
+            raise UserError(
+                f"last_checkpoint_every_n_steps={every_n_steps} is not a number of steps: give N > 0 for last.ckpt "
+                "every N steps, 0 for epoch ends and SIGTERM only, or null for the runtime's choice"
+            )
         self.every_n_steps = every_n_steps if every_n_steps is not None or unprotected else 0
         self.checkpoint, self.unprotected = checkpoint, unprotected
         self._saved_step = -1
@@ -76,6 +89,8 @@ class LastCheckpoint:
 
     def save(self, trainer) -> str:
         path = os.path.join(self.checkpoint.dirpath, "last.ckpt")
+        if trainer.is_global_zero and not sharding.sharded(trainer.strategy):  # fsdp keeps two saves itself
+            keep_previous(path)
         with sharding.sharded_saves(trainer.strategy):  # fsdp: a folder of one file per rank (sharding.py)
             trainer.save_checkpoint(path, weights_only=False)  # every rank calls it; rank 0 writes (atomically)
         self._saved_step = trainer.global_step
@@ -84,6 +99,15 @@ class LastCheckpoint:
         return path
 
     def setup(self, trainer, pl_module, stage):
+        asked = self.checkpoint.save_last  # ModelCheckpoint's own last.ckpt: a second whole file (last-v1.ckpt)
+        if asked:
+            self.checkpoint.save_last = None
+            if trainer.is_global_zero:
+                say(
+                    f"checkpoint.save_last={asked} is not needed: the runtime writes last.ckpt itself "
+                    "(every last_checkpoint_every_n_steps steps, at each epoch's end, on SIGTERM); ModelCheckpoint's "
+                    "own copy is turned off"
+                )
         # last among the callbacks, after every ModelCheckpoint: its on_validation_end must see their new best. A new
         # list, not an in-place move: Lightning is iterating over the old one to call this hook
         trainer.callbacks = [c for c in trainer.callbacks if c is not self] + [self]
@@ -125,13 +149,17 @@ class LastCheckpoint:
             self.save(trainer)
 
     def on_exception(self, trainer, pl_module, exception):
-        if isinstance(exception, attribute(self.pl, "utilities.exceptions.SIGTERMException")):
+        # not in the sanity check: nothing was trained since the start or the checkpoint it resumed from
+        stopped = isinstance(exception, attribute(self.pl, "utilities.exceptions.SIGTERMException"))
+        if stopped and not trainer.sanity_checking:
             self.save(trainer)
 
     def on_load_checkpoint(self, trainer, pl_module, checkpoint):
         self._saved_step = checkpoint["global_step"]
         if trainer.is_global_zero:
-            path = str(trainer.ckpt_path).rstrip("/")
+            io = getattr(trainer.strategy, "checkpoint_io", None)
+            chosen = io.resume.chosen if isinstance(io, AtomicCheckpointIO) and io.resume else None
+            path = str(chosen or trainer.ckpt_path).rstrip("/")
             name = os.path.basename(path)
             if os.path.basename(os.path.dirname(path)) == "last.ckpt":  # fsdp: a sharded save inside last.ckpt/
                 name = "last.ckpt"
@@ -147,8 +175,27 @@ class LastCheckpoint:
             )
 
 
+def keep_previous(path: str) -> None:
+    """last.ckpt's file (at `path`, a path or an fsspec URL) also as PREVIOUS, replacing the one before, before a new
+    last.ckpt replaces it: while the new one is written, and until SageMaker's background upload of it is done, a
+    complete copy of the progress stays beside it (a hard link here, a server-side copy in S3), from which the job
+    resumes when last.ckpt does not load."""
+    fs, source = fsspec.core.url_to_fs(path)
+    directory = source.rsplit("/", 1)[0]
+    target = f"{directory}/{PREVIOUS}"
+    if not fs.exists(source):
+        return
+    if isinstance(fs, fsspec.implementations.local.LocalFileSystem):
+        partial = f"{directory}/.{PREVIOUS}.partial"
+        if os.path.exists(partial):
+            os.remove(partial)
+        os.link(source, partial)
+        os.replace(partial, target)
+    else:
+        fs.copy(source, target)
+
+
 CONFIG = "checkpointconfig.json"  # SageMaker's checkpoint settings in the job's config directory, when it has any
-NEEDED = ("state_dict", "optimizer_states", "loops", "global_step")  # what resuming a fit reads from a checkpoint
 
 
 def local_path(env: Mapping[str, str]) -> str | None:
@@ -160,76 +207,3 @@ def local_path(env: Mapping[str, str]) -> str | None:
             return json.load(f).get("LocalPath") or None
     except (OSError, ValueError, AttributeError):
         return None
-
-
-class Unresumable(Exception):
-    """Why a checkpoint cannot be resumed from."""
-
-
-def resumable_step(fs, path: str, model: Mapping | None, strict: bool = True) -> int:
-    """The global step of the checkpoint at `path` (on filesystem `fs`); raises Unresumable when a fit cannot resume
-    from it: it must load, hold what a fit resumes from and, when `model` (its state dict) is given, fit the model."""
-    try:
-        if isinstance(fs, fsspec.implementations.local.LocalFileSystem):
-            # a complete file in torch.save's zip format is mapped, its tensors not read
-            mmap = zipfile.is_zipfile(path)
-            checkpoint = torch.load(path, map_location="cpu", mmap=mmap, weights_only=False)
-        else:
-            with fs.open(path, "rb") as f:
-                checkpoint = torch.load(io.BytesIO(f.read()), map_location="cpu", weights_only=False)
-    except Exception as e:
-        raise Unresumable(f"it does not load ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})") from e
-    if not isinstance(checkpoint, dict) or (missing := [k for k in NEEDED if k not in checkpoint]):
-        raise Unresumable(
-            f"it is not a Lightning checkpoint to resume from (no {missing[0] if isinstance(checkpoint, dict) else 'dict'})"
-        )
-    saved = checkpoint["state_dict"]
-    for key, tensor in (model or {}).items():  # a model whose layers are made later (configure_model) has none yet
-        if key not in saved:
-            if strict:
-                raise Unresumable(f"it was written by another model: the model's {key} is not in it")
-        elif not isinstance(tensor, torch.nn.parameter.UninitializedParameter) and saved[key].shape != tensor.shape:
-            raise Unresumable(
-                f"it was written by another model: {key} is {tuple(saved[key].shape)} there, "
-                f"{tuple(tensor.shape)} in the model"
-            )
-    if model and strict and (extra := [k for k in saved if k not in model]):
-        raise Unresumable(f"it was written by another model: its {extra[0]} is not in the model")
-    return int(checkpoint["global_step"])
-
-
-def resume_path(dirpath: str, model: Mapping | None = None, strict: bool = True, announce: bool = True) -> str | None:
-    """The checkpoint a (re)started job resumes from, in `dirpath` (a directory, or an fsspec URL such as
-    s3://bucket/prefix): last.ckpt, else (it is missing, or cannot be resumed from: resumable_step) the checkpoint
-    there with the highest step that can be, said in one line when `announce`; None when there is no checkpoint.
-    Raises UserError naming last.ckpt (or another checkpoint) and why, when none can be resumed from."""
-    fs, root = fsspec.core.url_to_fs(dirpath)
-    try:
-        names = sorted(os.path.basename(p.rstrip("/")) for p in fs.ls(root, detail=False))
-    except FileNotFoundError:
-        return None
-    names = sorted((n for n in names if n.endswith(".ckpt") and not n.startswith(".")), key=lambda n: n != "last.ckpt")
-    steps, problems = {}, {}
-    for name in names:
-        try:
-            steps[name] = resumable_step(fs, f"{root}/{name}", model, strict)
-        except Unresumable as e:
-            problems[name] = str(e)
-        if name == "last.ckpt" and name in steps:
-            break  # the usual case: the others need not be read
-    url = {name: dirpath.rstrip("/") + "/" + name for name in names}
-    if not steps:
-        if not problems:
-            return None
-        name, why = next(iter(problems.items()))
-        raise UserError(
-            f"cannot resume from {url[name]}: {why}; delete it (and its copy under the job's checkpoint_s3_uri), or "
-            "set checkpoint.dirpath to another location to start afresh"
-        )
-    newest = "last.ckpt" if "last.ckpt" in steps else max(steps, key=steps.get)
-    if newest != "last.ckpt" and announce:
-        why = f"{problems['last.ckpt']}" if "last.ckpt" in problems else "there is none"
-        say(
-            f"resuming from {url[newest]} (step {steps[newest]}), the newest checkpoint that can be: not from last.ckpt, {why}"
-        )
-    return url[newest]

@@ -42,6 +42,8 @@ from sagemaker_lightning import (
     precision,
     quiet,
     resumable,
+    resume,
+    sharded_checkpoints,
     sharding,
     signals,
     strategy,
@@ -93,6 +95,7 @@ class LightningCLI:
             ):
                 raise  # --help, --print_config
             raise SystemExit(self.fail(e)) from None
+        leave_process_group()
         if self.plan.on_sagemaker:  # run=False: what the project's own code raises later gets the same treatment
             sys.excepthook = lambda kind, e, tb: sys.exit(self.fail(e, tb))
 
@@ -257,7 +260,8 @@ class LightningCLI:
             logger = self._get(self.config_init, "logger").as_dict()
             root = logger.pop("save_dir") or trainer_config.get("default_root_dir") or os.getcwd()
             kwargs["logger"] = flavor.attribute(self.pl, "loggers.TensorBoardLogger")(root, **logger)
-        kwargs["plugins"] = [*(trainer_config.get("plugins") or []), made(checkpoints.AtomicCheckpointIO)()]
+        checkpoint_io = made(checkpoints.AtomicCheckpointIO)()
+        kwargs["plugins"] = [*(trainer_config.get("plugins") or []), checkpoint_io]
         fsdp = self._get(self.config_init, "fsdp")
         kwargs.update(strategy.arguments(self.pl, self.plan, trainer_config, kwargs["plugins"], fsdp))
         if trainer_config.get("enable_progress_bar") is None:  # carriage returns make a mess of log files
@@ -270,11 +274,12 @@ class LightningCLI:
         if model_checkpoint and model_checkpoint.dirpath:
             dirpath = model_checkpoint.dirpath
             if sharding.sharded(trainer.strategy):  # fsdp: the newest complete sharded save in last.ckpt/
-                path = sharding.resume_path(dirpath, trainer.is_global_zero)
-            else:
-                sharding.refuse_sharded(dirpath)
+                path = sharded_checkpoints.resume_path(dirpath, trainer.is_global_zero)
+            else:  # global rank 0 chooses when the ranks have joined, every rank loads its choice (resume.py)
+                sharded_checkpoints.refuse_sharded(dirpath)
                 strict = getattr(self.model, "strict_loading", True)
-                path = checkpoints.resume_path(dirpath, self.model.state_dict(), strict, trainer.is_global_zero)
+                checkpoint_io.resume = resume.ResumePoint(dirpath, self.model.state_dict(), strict)
+                path = checkpoint_io.resume.candidate
             if path:
                 trainer.ckpt_path = path  # fit() resumes from it unless given another ckpt_path
         return trainer
@@ -300,6 +305,18 @@ def _options_start(argv: list[str], parser) -> int | None:
         else:
             return None  # a positional that is not a subcommand: the parser says what is wrong
     return None
+
+
+def leave_process_group() -> None:
+    """After a run that ended normally (every rank is past the export's broadcast: nothing pending, no peer gone), the
+    process group and its subgroups (fsdp's device meshes) are destroyed here, whatever the backend, not by
+    destructors during interpreter finalization, where gloo's threads can abort a finished job (`terminate called
+    without an active exception`, exit -6: once in three CI runs, two-host fsdp on CPUs; Lightning destroys NCCL's
+    group at exit, not gloo's). Not after a failure: a peer may be gone, and the teardown could wait for it."""
+    import torch.distributed
+
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
 
 
 def ended_children(trainer, wait_s: float = 0) -> list[tuple[int, int]]:

@@ -1,7 +1,11 @@
 """The trained model in SageMaker's model directory (packed into model.tar.gz): after fit, global rank 0 writes
-`model.pt` (the best checkpoint's weights as a state dict, or the final weights when no checkpoint was kept: under
-fsdp gathered from every rank's shards) and `config.yaml` (the resolved configuration), then every rank waits for
-it: in local mode the job ends when the first container exits, and all hosts share one model directory.
+`model.pt` (the best checkpoint's weights as a state dict, read wherever the checkpoint was written, s3:// too; or the
+final weights when no checkpoint was kept: under fsdp gathered from every rank's shards) and `config.yaml` (the
+resolved configuration), then every rank waits for it: in local mode the job ends when the first container exits, and
+all hosts share one model directory. When rank 0 fails to write it, every rank fails at once, not after a timeout.
+
+model_dir is a local directory: its files are renamed into place, so model.pt is whole whenever it is there, which an
+object store cannot promise; on SageMaker it is SM_MODEL_DIR, which SageMaker packs and uploads to the job's output.
 
     python app/example/train.py ... --model_dir out   # out/model.pt, out/config.yaml
 """
@@ -11,8 +15,9 @@ from collections.abc import Callable
 
 import torch
 
-from sagemaker_lightning import sharding
+from sagemaker_lightning import resume, sharding
 from sagemaker_lightning.callbacks import say
+from sagemaker_lightning.failure import UserError
 
 
 def write(model_dir: str, state: dict, config_yaml: str) -> str:
@@ -33,6 +38,12 @@ class Export:
     BASE = "callbacks.Callback"
 
     def __init__(self, model_dir: str | None, config_yaml: Callable[[], str]):
+        if model_dir and "://" in model_dir:
+            raise UserError(
+                f"model_dir={model_dir} is not a local directory (model.pt is renamed into place there, which an "
+                "object store cannot do); on SageMaker leave it unset (SageMaker uploads model.tar.gz to the job's "
+                "output path), elsewhere give a local directory"
+            )
         self.model_dir, self.config_yaml = model_dir, config_yaml
 
     def on_fit_end(self, trainer, pl_module):
@@ -40,8 +51,17 @@ class Export:
         best = trainer.checkpoint_callback.best_model_path if trainer.checkpoint_callback else ""
         # the final weights: under fsdp every rank gathers its shards, rank 0 gets the whole (sharding.py)
         final = sharding.full_state_dict(trainer.strategy, pl_module) if self.model_dir and not best else None
+        failed = None
         if self.model_dir and trainer.is_global_zero:
-            state = torch.load(best, map_location="cpu", weights_only=False)["state_dict"] if best else final
-            path = write(self.model_dir, state, self.config_yaml())
-            say(f"model: {path} from {best or 'the final weights'}")
-        trainer.strategy.barrier("exported")
+            try:
+                state = resume.read(best)["state_dict"] if best else final
+                path = write(self.model_dir, state, self.config_yaml())
+                say(f"model: {path} from {best or 'the final weights'}")
+            except Exception as e:
+                failed = e
+        # every rank waits here for rank 0's export, and learns whether it failed
+        outcome = trainer.strategy.broadcast(failed and f"{type(failed).__name__}: {failed}", src=0)
+        if failed is not None:
+            raise failed
+        if outcome:
+            raise UserError(f"global rank 0 could not write the model to model_dir ({outcome}); its log says more")

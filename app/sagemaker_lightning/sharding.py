@@ -20,19 +20,10 @@ Interface (the rest of the runtime wires these; docs/fsdp.md is the user's side)
     strategy(pl, settings, cluster_environment, timeout, trainer_config)   the strategy for Trainer(strategy=)
                                         (strategy.py, for trainer.strategy=fsdp)
     sharded_saves(strategy)             context: checkpoints saved inside it are sharded (checkpoints.LastCheckpoint)
-    resume_path(dirpath, announce)      fsdp: the newest complete sharded save in last.ckpt/ (cli.py)
-    refuse_sharded(dirpath)             another strategy: a last.ckpt/ of sharded saves is named, not overwritten
     full_state_dict(strategy, module)   every rank calls it; rank 0 gets the consolidated weights (export.py)
     callbacks.weights_digest            gathers sharded weights (DTensor.full_tensor), so every rank calls it
 
-Checkpoint layout under checkpoint.dirpath (SageMaker: /opt/ml/checkpoints): `last.ckpt/` is a directory with one
-folder per save, `step-<global step>-<ns>/`, holding one file per rank (`__<rank>_0.distcp`, its shards), DCP's
-`.metadata` and `meta.pt` (loops, callbacks, the training loader's position). A save counts once DCP's `.metadata`
-(written after every rank has written its file) and `meta.pt` (renamed into place) are there and every file
-`.metadata` names is present: a kill during a save leaves an incomplete folder that resume skips. Each rank writes
-into its own host's directory; on SageMaker each host's /opt/ml/checkpoints goes to the same checkpoint_s3_uri and
-comes back whole on every host of a restarted job, and a shared directory (one host, local mode, FSx, EFS) holds all
-files at once. The best checkpoints (ModelCheckpoint) stay single files, gathered on rank 0: model.pt is made of them.
+Checkpoint layout and which save a job resumes from: sharded_checkpoints.py.
 
     python app/example/train.py --trainer.strategy fsdp --trainer.devices 2 --trainer.accelerator cpu \\
         --model.arch convnext_tiny --fsdp.activation_checkpointing true --checkpoint.dirpath ckpts --model_dir out
@@ -63,6 +54,7 @@ from sagemaker_lightning.callbacks import say
 from sagemaker_lightning.failure import UserError
 from sagemaker_lightning.flavor import attribute, made
 from sagemaker_lightning.plan import DEFAULT_TIMEOUT_S
+from sagemaker_lightning.sharded_checkpoints import META, committer
 
 # Blocks of torchvision's classification models, each sharded as one unit (gathered for its forward and backward,
 # then freed): ResNet/Wide ResNet/ResNeXt, ViT, ConvNeXt, Swin (v1, v2), EfficientNet (v1, v2) and MaxViT,
@@ -83,9 +75,6 @@ TORCHVISION_BLOCKS = (
     "_DenseLayer",
 )
 PRECISIONS = ("32-true", "32", "bf16-mixed", "bf16-true")  # 16-mixed needs a sharded gradient scaler: none for FSDP2
-META = "meta.pt"  # Lightning's name for the non-tensor part of a sharded checkpoint
-SAVE = re.compile(r"step-(\d+)-(\d+)")
-RANK_FILE = re.compile(r"__(\d+)_\d+\.distcp")
 MISFIT = re.compile(r"Missing key in checkpoint|Size mismatch between saved|Unexpected key")  # DCP's planner
 SMDDP = (
     "SMDDP does not run trainer.strategy=fsdp (AWS documents it with FSDP1 and SMP v2 on P4d/P4de; FSDP2 reduces "
@@ -249,6 +238,7 @@ class FullyShardedStrategy:
         self.settings = settings
         self.cluster_environment = cluster_environment
         self._buffers: list[torch.Tensor] = []
+        self._previous: str | None = None  # the newest complete save in last.ckpt/ this run wrote or resumed from
 
     def setup_environment(self) -> None:
         # Lightning's data_parallel × tensor_parallel mesh, all data-parallel; the sharding mesh is made in setup()
@@ -348,14 +338,17 @@ class FullyShardedStrategy:
             torch.save({**checkpoint, "world_size": self.world_size}, partial)
             os.replace(partial, target / META)
         self.barrier()
-        # complete on every host: in each directory the first rank that wrote there removes the older saves
+        # complete on every host: in each directory the first rank that wrote there removes the saves older than the
+        # complete one before this (it was written, or resumed from, by this run), and those cut short
         if committer(os.listdir(target)) == self.global_rank:
             for entry in os.listdir(root):
-                if entry != name:
+                if entry not in (name, self._previous):
                     shutil.rmtree(root / entry, ignore_errors=True)
+        self._previous = name
 
     def load_checkpoint(self, checkpoint_path, weights_only=None) -> dict:
         path = Path(self.broadcast(str(checkpoint_path)))
+        self._previous = path.name  # complete: kept beside the next save
         try:
             checkpoint = super().load_checkpoint(path, weights_only)
         except CheckpointException as e:
@@ -390,66 +383,6 @@ def rebind(optimizers: list, unsharded: dict[int, tuple[str, nn.Parameter]], par
                 by_name[unsharded[id(p)][0]] if unsharded.get(id(p), (None, None))[1] is p else p
                 for p in group["params"]
             ]
-
-
-def committer(files: list[str]) -> int | None:
-    """The rank that tidies a directory after a save: the lowest whose file is in it (per host or shared)."""
-    ranks = [int(m[1]) for f in files if (m := RANK_FILE.fullmatch(f))]
-    return min(ranks) if ranks else None
-
-
-def missing(save: Path) -> list[str]:
-    """What a sharded save lacks to be resumed from: nothing once .metadata, meta.pt and every file it names are
-    there."""
-    if not (save / ".metadata").is_file():
-        return [".metadata"]
-    if not (save / META).is_file():
-        return [META]
-    metadata = dcp.FileSystemReader(save).read_metadata()
-    files = {item.relative_path for item in (metadata.storage_data or {}).values()}
-    return sorted(f for f in files if not (save / f).is_file())
-
-
-def newest_complete(root: Path) -> tuple[Path | None, list[str]]:
-    """The newest complete save in last.ckpt/, and a note for each newer one skipped as incomplete."""
-    skipped = []
-    for name in sorted((n for n in os.listdir(root) if SAVE.fullmatch(n)), reverse=True):
-        lacking = missing(root / name)
-        if not lacking:
-            return root / name, skipped
-        skipped.append(f"{name} lacks {', '.join(lacking[:3])}")
-    return None, skipped
-
-
-def resume_path(dirpath: str, announce: bool = True) -> str | None:
-    """Under fsdp, what a (re)started job resumes from: the newest complete save in checkpoint.dirpath's last.ckpt/
-    (newer ones cut short are skipped, said when `announce`); None when there is none."""
-    if "://" in dirpath:
-        raise UserError(
-            f"checkpoint.dirpath={dirpath}: trainer.strategy=fsdp writes its sharded checkpoints to a directory of "
-            "this machine; on SageMaker leave it unset (/opt/ml/checkpoints, synced to checkpoint_s3_uri)"
-        )
-    last = Path(dirpath) / "last.ckpt"
-    if last.is_file():
-        raise UserError(
-            f"{last} was written by trainer.strategy=ddp (one file) and cannot take fsdp's sharded saves; resume "
-            "it with ddp, or point checkpoint.dirpath elsewhere to start over"
-        )
-    if not last.is_dir():
-        return None
-    save, skipped = newest_complete(last)
-    for note in skipped if announce else []:
-        say(f"not resuming from {note} (a save cut short)")
-    return str(save) if save else None
-
-
-def refuse_sharded(dirpath: str) -> None:
-    """Under any other strategy: a last.ckpt/ of fsdp's sharded saves is named, not skipped or overwritten."""
-    if "://" not in dirpath and (Path(dirpath) / "last.ckpt").is_dir():
-        raise UserError(
-            f"{Path(dirpath) / 'last.ckpt'} holds sharded saves of trainer.strategy=fsdp; resume it with "
-            "trainer.strategy=fsdp, or point checkpoint.dirpath elsewhere to start over"
-        )
 
 
 def sharded(strategy) -> bool:

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from model import ImageClassifier
-from sagemaker_lightning import sharding
+from sagemaker_lightning import sharded_checkpoints
 from sagemaker_lightning.callbacks import weights_digest
 
 pytestmark = pytest.mark.toolkit
@@ -47,10 +47,13 @@ def test_fsdp_exports_stops_on_sigterm_and_resumes_a_killed_run_exactly(run_host
     assert sorted(digests) == [0, 1] and digests[0] == digests[1]  # the same consolidated weights on both ranks
     exported = ImageClassifier.from_model_dir(first.path("model"))  # the plain, unsharded model takes model.pt
     assert weights_digest(exported) == digests[0] and os.listdir(second.path("model")) == []
-    # the last save only, complete: one file per rank, in rank 0's directory (ModelCheckpoint's dirpath is rank 0's)
-    (save,) = os.listdir(first.path("checkpoints", "last.ckpt"))
+    # the last save and the one before it (both at step 6: before the epoch's validation, and again after it, when
+    # the best checkpoint is known), complete: one file per rank, in rank 0's directory (ModelCheckpoint's dirpath
+    # is rank 0's)
+    saves = sorted(os.listdir(first.path("checkpoints", "last.ckpt")))
+    assert [s[:14] for s in saves] == ["step-000000006", "step-000000006"]
     files = [".metadata", "__0_0.distcp", "__1_0.distcp", "meta.pt"]
-    assert sorted(os.listdir(first.path("checkpoints", "last.ckpt", save))) == files
+    assert all(sorted(os.listdir(first.path("checkpoints", "last.ckpt", s))) == files for s in saves)
 
     # SIGTERM to every host (StopTrainingJob, spot) at step 2: each stops, after the sharded save at that step
     ckpts = tmp_path / "checkpoints"  # one directory for both hosts, as local mode's, FSx or EFS
@@ -59,8 +62,8 @@ def test_fsdp_exports_stops_on_sigterm_and_resumes_a_killed_run_exactly(run_host
     for host in stopped:
         assert host.returncode != 0 and "stopped by SIGTERM" in host.failure, host.output[-3000:]
     step = int(re.findall(r"saved last\.ckpt at epoch 0 step (\d+)", stopped[0].output)[-1])
-    (save,) = os.listdir(ckpts / "last.ckpt")
-    assert sharding.missing(ckpts / "last.ckpt" / save) == [] and save.startswith(f"step-{step:09d}-")
+    save = sorted(os.listdir(ckpts / "last.ckpt"))[-1]  # the newest (the one before it, if any, stays)
+    assert sharded_checkpoints.missing(ckpts / "last.ckpt" / save) == [] and save.startswith(f"step-{step:09d}-")
     assert step < 4  # so that the next job saves at step 4 before it is killed
 
     # resumed from SIGTERM's save, then rank 0 SIGKILLed at step 5, after the save at step 4

@@ -10,7 +10,7 @@ import torch
 from pytorch_lightning.demos.boring_classes import BoringModel
 from torch.utils.data import DataLoader, TensorDataset
 
-from sagemaker_lightning import checkpoints
+from sagemaker_lightning import checkpoints, resume
 from sagemaker_lightning.flavor import made
 
 
@@ -92,3 +92,32 @@ def test_last_checkpoint_saved_before_a_validation_names_the_best_after_it(tmp_p
     (state,) = (v for k, v in saved["callbacks"].items() if k.startswith("ModelCheckpoint"))
     assert os.path.basename(state["best_model_path"]) == "epoch=0-step=4.ckpt"
     assert os.path.isfile(state["best_model_path"])
+
+
+def test_a_read_that_fails_for_a_transient_reason_is_tried_again_not_skipped(tmp_path, monkeypatch, capsys):
+    """S3 throttling or a dropped connection (an OSError) is tried again: last.ckpt is resumed from, not taken for a
+    corrupt file and passed over for an older one; a read that keeps failing, or memory running out, fails the job in
+    one line instead."""
+    monkeypatch.setattr(resume, "RETRY_S", 0.01)
+    state = {"state_dict": {}, "optimizer_states": [], "loops": {}}
+    torch.save({**state, "global_step": 4}, tmp_path / "last.ckpt")
+    torch.save({**state, "global_step": 2}, tmp_path / "epoch=0-step=2.ckpt")
+    load, failures = torch.load, []
+
+    def flaky(*args, **kwargs):
+        if failures:
+            raise failures.pop()
+        return load(*args, **kwargs)
+
+    monkeypatch.setattr(torch, "load", flaky)
+    failures[:] = [TimeoutError("Read timed out")]
+    assert resume.resume_path(str(tmp_path)) == f"{tmp_path}/last.ckpt"
+    assert (
+        f"reading {tmp_path}/last.ckpt failed (TimeoutError: Read timed out); trying again" in capsys.readouterr().out
+    )
+    failures[:] = [OSError("SlowDown")] * resume.TRIES
+    with pytest.raises(checkpoints.UserError, match=r"cannot read .*/last.ckpt \(OSError: SlowDown\), tried 3 times"):
+        resume.resume_path(str(tmp_path))
+    failures[:] = [MemoryError()]
+    with pytest.raises(MemoryError):
+        resume.resume_path(str(tmp_path))

@@ -139,6 +139,9 @@ def test_num_classes_is_linked_from_the_data_module(archive_dir):
         ({"seed_everything": {"a": 1}}, "bad hyperparameter: seed_everything={'a': 1} is not valid"),  # not a group
         ({"dist_timeout": "ten"}, "bad hyperparameter: dist_timeout=ten is not valid (expected int)"),
         ({"dist_timeout": 0}, "dist_timeout=0 must be a positive number of seconds"),
+        ({"dist_timeout": -5}, "dist_timeout=-5 must be a positive number of seconds"),
+        ({"dist_timeout": 10**14}, f"dist_timeout={10**14} must be a positive number of seconds, at most 2419200"),
+        ({"last_checkpoint_every_n_steps": -1}, "last_checkpoint_every_n_steps=-1 is not a number of steps"),
         ({"model.arch": "vit_b_16"}, "model.arch='vit_b_16' cannot take the data's 32×32 images (Wrong image height!"),
         ({"model.arch": "inception_v3"}, "model.arch='inception_v3' cannot take the data's 32×32 images ("),
     ],

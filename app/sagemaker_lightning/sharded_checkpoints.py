@@ -1,0 +1,103 @@
+"""Sharded checkpoints (trainer.strategy=fsdp, sharding.py) on disk: their layout, when a save is complete, and which
+one a (re)started job resumes from.
+
+Under checkpoint.dirpath (SageMaker: /opt/ml/checkpoints) `last.ckpt/` is a directory with one folder per save,
+`step-<global step>-<ns>/`, holding one file per rank (`__<rank>_0.distcp`, its shards), DCP's `.metadata` and
+`meta.pt` (loops, callbacks, the training loader's position). A save counts once DCP's `.metadata` (written after
+every rank has written its file) and `meta.pt` (renamed into place) load and every file `.metadata` names is there at
+the size it records: a kill during a save, or an upload to S3 cut short, leaves an incomplete folder that resume
+skips. After each save the complete save before it stays too, never fewer (FullyShardedStrategy.save_checkpoint):
+SageMaker uploads the directory in the background and deletes in S3 what is deleted here, so a save still uploading
+when the job is reclaimed must not be the only one. Each rank writes into its own host's directory; on SageMaker each
+host's /opt/ml/checkpoints goes to the same checkpoint_s3_uri and comes back whole on every host of a restarted job,
+and a shared directory (one host, local mode, FSx, EFS) holds all files at once. The best checkpoints
+(ModelCheckpoint) stay single files, gathered on rank 0: model.pt is made of them.
+
+    python -c "from sagemaker_lightning import sharded_checkpoints as s; print(s.resume_path('ckpts'))"
+"""
+
+import os
+import re
+import zipfile
+from pathlib import Path
+
+import torch.distributed.checkpoint as dcp
+
+from sagemaker_lightning.callbacks import say
+from sagemaker_lightning.failure import UserError
+
+META = "meta.pt"  # Lightning's name for the non-tensor part of a sharded checkpoint
+SAVE = re.compile(r"step-(\d+)-(\d+)")
+RANK_FILE = re.compile(r"__(\d+)_\d+\.distcp")
+
+
+def committer(files: list[str]) -> int | None:
+    """The rank that tidies a directory after a save: the lowest whose file is in it (per host or shared)."""
+    ranks = [int(m[1]) for f in files if (m := RANK_FILE.fullmatch(f))]
+    return min(ranks) if ranks else None
+
+
+def missing(save: Path) -> list[str]:
+    """What a sharded save lacks to be resumed from: nothing once .metadata loads, meta.pt is whole (a zip archive
+    ends with its directory) and every file .metadata names is there at the size it records (DCP writes each file's
+    items one after the other: its size is the end of the last)."""
+    if not (save / ".metadata").is_file():
+        return [".metadata"]
+    if not zipfile.is_zipfile(save / META):
+        return [META if not (save / META).exists() else f"{META} (cut short)"]
+    try:
+        metadata = dcp.FileSystemReader(save).read_metadata()
+    except Exception:
+        return [".metadata (does not load)"]
+    sizes: dict[str, int] = {}
+    for item in (metadata.storage_data or {}).values():
+        sizes[item.relative_path] = max(sizes.get(item.relative_path, 0), item.offset + item.length)
+    lacking = []
+    for name, size in sorted(sizes.items()):
+        if not (save / name).is_file():
+            lacking.append(name)
+        elif (actual := (save / name).stat().st_size) < size:
+            lacking.append(f"{name} (cut short: {actual} of {size} bytes)")
+    return lacking
+
+
+def newest_complete(root: Path) -> tuple[Path | None, list[str]]:
+    """The newest complete save in last.ckpt/, and a note for each newer one skipped as incomplete."""
+    skipped = []
+    for name in sorted((n for n in os.listdir(root) if SAVE.fullmatch(n)), reverse=True):
+        lacking = missing(root / name)
+        if not lacking:
+            return root / name, skipped
+        skipped.append(f"{name} lacks {', '.join(lacking[:3])}")
+    return None, skipped
+
+
+def resume_path(dirpath: str, announce: bool = True) -> str | None:
+    """Under fsdp, what a (re)started job resumes from: the newest complete save in checkpoint.dirpath's last.ckpt/
+    (newer ones cut short are skipped, said when `announce`); None when there is none."""
+    if "://" in dirpath:
+        raise UserError(
+            f"checkpoint.dirpath={dirpath}: trainer.strategy=fsdp writes its sharded checkpoints to a directory of "
+            "this machine; on SageMaker leave it unset (/opt/ml/checkpoints, synced to checkpoint_s3_uri)"
+        )
+    last = Path(dirpath) / "last.ckpt"
+    if last.is_file():
+        raise UserError(
+            f"{last} was written by trainer.strategy=ddp (one file) and cannot take fsdp's sharded saves; resume "
+            "it with ddp, or point checkpoint.dirpath elsewhere to start over"
+        )
+    if not last.is_dir():
+        return None
+    save, skipped = newest_complete(last)
+    for note in skipped if announce else []:
+        say(f"not resuming from {note} (a save cut short)")
+    return str(save) if save else None
+
+
+def refuse_sharded(dirpath: str) -> None:
+    """Under any other strategy: a last.ckpt/ of fsdp's sharded saves is named, not skipped or overwritten."""
+    if "://" not in dirpath and (Path(dirpath) / "last.ckpt").is_dir():
+        raise UserError(
+            f"{Path(dirpath) / 'last.ckpt'} holds sharded saves of trainer.strategy=fsdp; resume it with "
+            "trainer.strategy=fsdp, or point checkpoint.dirpath elsewhere to start over"
+        )
