@@ -59,8 +59,11 @@ class StopTogether:
     (`_SignalConnector._sigterm_notifier_fn`): a rank signalled while its peers are inside another collective (DDP's
     gradient all-reduce, FSDP's all-gathers) pairs that broadcast with the wrong operation, and its process dies
     without a checkpoint (seen with fsdp on two local-mode hosts stopped by `docker stop`, gloo). Here the handler
-    only notes the signal; at the end of each training step the ranks agree (any rank signalled → all stop) and
-    Lightning stops them all after that step, where last.ckpt is saved. A lone process stops as Lightning stops it."""
+    only notes the signal; at the end of each training step, and of each validation batch (sanity checks included),
+    the ranks agree (any rank signalled → all stop) and Lightning stops them all after that step or batch, where
+    last.ckpt is saved: a validation longer than SageMaker's 120 s grace ends at its next batch, not in SIGKILL. Every
+    rank runs as many validation batches as the others (Lightning's distributed sampler pads them to the same count).
+    A lone process stops as Lightning stops it."""
 
     BASE = "callbacks.Callback"
 
@@ -78,7 +81,13 @@ class StopTogether:
 
         trainer._signal_connector._sigterm_notifier_fn = note  # read when fit() registers its handlers, after setup
 
-    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+    def agree(self, trainer) -> None:
         connector = trainer._signal_connector
         if self.pending is not None and not connector.received_sigterm:
             connector.received_sigterm = trainer.strategy.reduce_boolean_decision(self.pending, all=False)
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        self.agree(trainer)
+
+    def on_validation_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0):
+        self.agree(trainer)  # Lightning's evaluation loop stops after this batch once received_sigterm is set

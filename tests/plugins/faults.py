@@ -2,8 +2,14 @@
 whichever Lightning package the project under test imports (the example: pytorch_lightning; the user project:
 lightning.pytorch)."""
 
+import errno
 import os
 import signal
+import subprocess
+import sys
+import time
+
+import torch
 
 from sagemaker_lightning.flavor import package
 
@@ -35,21 +41,64 @@ def entrypoint() -> int:
     return 1
 
 
+# SageMaker's SIGKILL, `grace` seconds after its SIGTERM: every process of the container (here: the entrypoint's tree)
+REAP = """
+import os, signal, sys, time
+root, grace = int(sys.argv[1]), float(sys.argv[2])
+time.sleep(grace)
+parents = {}
+for name in filter(str.isdigit, os.listdir("/proc")):
+    try:
+        with open(f"/proc/{name}/stat") as f:
+            parents[int(name)] = int(f.read().rsplit(")", 1)[1].split()[1])
+    except OSError:
+        pass
+tree = {root} & parents.keys()
+while more := {p for p, parent in parents.items() if parent in tree} - tree:
+    tree |= more
+for pid in tree - {os.getpid()}:  # this reaper is a child of the trainer that started it
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+"""
+
+
 class StopJob(pl.Callback):
     """SIGTERM to this host's entrypoint, as SageMaker signals every host's PID 1 on StopTrainingJob and spot
-    interruption: at the start of one step, or during the validation after it."""
+    interruption: at the start of one step, or during the validation after it; optionally SageMaker's SIGKILL after a
+    grace period (120 s there), and a long validation."""
 
-    def __init__(self, step: int = 2, validation: bool = False, node_rank: int | None = None):
-        """step: the global step; validation: during the validation at that step rather than before the step;
-        node_rank: only that host (the others as if their SIGTERM had not arrived yet)."""
+    def __init__(
+        self,
+        step: int = 2,
+        validation: bool = False,
+        node_rank: int | None = None,
+        grace_s: float | None = None,
+        batch_s: float = 0,
+    ):
+        """step: the global step; validation: during the validation at that step (its first batch) rather than
+        before the step; node_rank: only that host (the others as if their SIGTERM had not arrived yet); grace_s:
+        SIGKILL to the host's processes that long after the SIGTERM; batch_s: the seconds each later batch of that
+        validation takes, on every host."""
         self.step, self.validation, self.node_rank, self.done = step, validation, node_rank, False
+        self.grace_s, self.batch_s = grace_s, batch_s
 
     def _stop(self, trainer) -> None:
         if self.node_rank not in (None, trainer.node_rank):
             return
         if not self.done and trainer.local_rank == 0 and trainer.global_step == self.step:
             self.done = True
-            os.kill(entrypoint(), signal.SIGTERM)
+            pid1 = entrypoint()
+            os.kill(pid1, signal.SIGTERM)
+            if self.grace_s is not None:
+                reaper = [sys.executable, "-c", REAP, str(pid1), str(self.grace_s)]
+                subprocess.Popen(reaper, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            # the stop lands in this step or batch: wait until PID 1 has passed it on and this process took it
+            deadline = time.monotonic() + 30
+            while not (trainer.received_sigterm or any(getattr(c, "pending", False) for c in trainer.callbacks)):
+                assert time.monotonic() < deadline, "the SIGTERM did not reach the trainer within 30 s"
+                time.sleep(0.01)
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
         if not self.validation:
@@ -58,3 +107,23 @@ class StopJob(pl.Callback):
     def on_validation_batch_start(self, trainer, pl_module, batch, batch_idx, dataloader_idx=0):
         if self.validation and not trainer.sanity_checking:
             self._stop(trainer)
+            if batch_idx > 0 and trainer.global_step == self.step:
+                time.sleep(self.batch_s)
+
+
+class FailCheckpointRead(pl.Callback):
+    """On one host, the first read of a checkpoint fails as S3 throttling or a dropped connection does (an OSError),
+    once. Made with the trainer's callbacks, before any checkpoint is read."""
+
+    def __init__(self, node_rank: int = 1):
+        if int(os.environ.get("NODE_RANK", "0")) != node_rank:
+            return
+        load = torch.load
+
+        def failing_once(f, *args, **kwargs):
+            if str(getattr(f, "path", f)).endswith(".ckpt"):  # a path, or fsspec's file object
+                torch.load = load
+                raise OSError(errno.EIO, "injected: this host's first checkpoint read fails")
+            return load(f, *args, **kwargs)
+
+        torch.load = failing_once

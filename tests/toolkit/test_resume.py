@@ -1,9 +1,10 @@
 """Resume is exact wherever a stop lands. A tiny run (3 epochs of 3 steps, a validation of 2 batches after each
 epoch, last.ckpt every 2 steps, so that last.ckpt is written mid-epoch, on an epoch's last batch, after a validation
 and at an epoch's end, each followed by more epochs) is stopped in turn after each of its steps, during each validation, at each epoch's end and
-during a checkpoint write, by SIGKILL and by SIGTERM, then run again: the rerun must end at the uninterrupted run's
-global step with the same weights (torch.equal) — on each training pipeline of the example and on a user's plain
-DataLoader (made resumable by the runtime).
+during a checkpoint write, by SIGKILL and by SIGTERM, then run again: the rerun must say it resumes from the step of
+the last.ckpt the stop left, train only the steps after it, and end at the uninterrupted run's global step with the
+same weights (torch.equal) — on each training pipeline of the example and on a user's plain DataLoader (made
+resumable by the runtime). The runs are seeded: a rerun that ignored last.ckpt would end with the same weights too.
 
 In-process runs of the runtime's LightningCLI in a SageMaker environment (one host, /opt/ml in a temporary folder),
 as a job runs them. SIGKILL is an exception raised at the point: nothing after it writes to the checkpoint directory
@@ -17,6 +18,7 @@ real processes, on one host and two. In the toolkit tier, not the unit tier: 133
 import json
 import multiprocessing
 import os
+import shutil
 import signal
 import sys
 
@@ -24,6 +26,7 @@ import lightning.pytorch
 import pytest
 import pytorch_lightning
 import torch
+from torch.distributed.tensor import DTensor
 from torch.nn import functional as F
 from torch.utils.data import DataLoader, TensorDataset
 
@@ -143,6 +146,7 @@ def job(tmp_path, archive_dir, monkeypatch):
                 "SM_INPUT_CONFIG_DIR": str(base / "config"),  # no hyperparameters.json: the arguments as given
                 "SM_OUTPUT_DIR": str(base / "output"),
                 "SM_OUTPUT_DATA_DIR": str(base / "output" / "data"),
+                "SM_MODEL_DIR": str(base / "model"),  # SageMaker always sets it: the export runs, as in a job
             }
         )
         (base / "output").mkdir(parents=True, exist_ok=True)
@@ -197,12 +201,22 @@ def reference(job, uninterrupted, pipeline: str, tmp_path) -> tuple[int, dict]:
 @pytest.mark.parametrize("point", POINTS, ids=[f"{hook}@{step}" for hook, step in POINTS])
 @pytest.mark.parametrize("how", ["SIGKILL", "SIGTERM"])
 @pytest.mark.parametrize("pipeline", PIPELINES)
-def test_a_stopped_run_resumes_exactly(job, uninterrupted, pipeline, how, point, tmp_path):
+def test_a_stopped_run_resumes_exactly(job, uninterrupted, pipeline, how, point, tmp_path, capsys):
+    """The rerun resumes from the newest complete save the stop left (it says so), trains only the steps after it,
+    and ends as the uninterrupted run: a rerun that ignored last.ckpt, or trained the wrong steps, fails."""
     expected_step, expected = reference(job, uninterrupted, pipeline, tmp_path)
     assert expected_step == 9
     stopped = job(pipeline, stop(how, *point))
     assert stopped == (143 if how == "SIGTERM" else 1)
-    step, weights = job(pipeline)
+    last = tmp_path / "checkpoints" / "last.ckpt"
+    left = last.exists()  # the stop's save, if it came after one
+    saved = torch.load(last, weights_only=True) if left else {"epoch": 0, "global_step": 0}
+    capsys.readouterr()
+    steps = []  # the training steps the rerun runs
+    step, weights = job(pipeline, {"on_train_batch_end": lambda *args: steps.append(args[1].global_step)})
+    out = capsys.readouterr().out
+    assert (f"resuming at epoch {saved['epoch']} step {saved['global_step']} from last.ckpt" in out) == left
+    assert steps == list(range(saved["global_step"] + 1, expected_step + 1))
     assert step == expected_step
     assert all(torch.equal(weights[k], expected[k]) for k in expected), "the weights differ"
     assert not [n for n in os.listdir(tmp_path / "checkpoints") if n.endswith(".partial")]  # a killed write's, redone
@@ -230,6 +244,23 @@ def test_an_unreadable_last_checkpoint_falls_back_to_the_newest_readable_one(job
         "not from last.ckpt, it does not load (RuntimeError: PytorchStreamReader failed reading zip archive" in out
     )
     assert "resuming at epoch 0 step 3 from epoch=0-step=3.ckpt" in out
+    assert step == expected[0] and same(weights, expected[1])
+
+
+def test_last_ckpt_is_never_the_only_copy_of_the_progress(job, uninterrupted, tmp_path, capsys):
+    """Before last.ckpt is replaced its file stays as last-previous.ckpt, so that a last.ckpt that S3 brings back
+    unreadable (an upload cut short by a reclaim) is not the only copy, even with no other checkpoint kept
+    (checkpoint.save_top_k=0): the job resumes from the predecessor and still ends as the uninterrupted run."""
+    expected = reference(job, uninterrupted, "device-resident", tmp_path)
+    none_kept = ["--checkpoint.save_top_k=0"]
+    assert job("device-resident", dict(KILL_AT_5), more=none_kept) == 1
+    assert sorted(os.listdir(tmp_path / "checkpoints")) == ["last-previous.ckpt", "last.ckpt"]
+    last = tmp_path / "checkpoints" / "last.ckpt"
+    last.write_bytes(last.read_bytes()[:4096])
+    capsys.readouterr()
+    step, weights = job("device-resident", more=none_kept)
+    out = capsys.readouterr().out
+    assert f"resuming from {tmp_path}/checkpoints/last-previous.ckpt (step 3), the newest checkpoint that can be" in out
     assert step == expected[0] and same(weights, expected[1])
 
 
@@ -262,7 +293,8 @@ def test_a_checkpoint_that_cannot_be_resumed_from_fails_in_one_line(job, tmp_pat
 
 
 def test_resumes_from_s3(job, uninterrupted, tmp_path, aws, capsys):
-    """checkpoint.dirpath=s3://...: last.ckpt written there (moto) and resumed from."""
+    """checkpoint.dirpath=s3://...: last.ckpt written there (moto) and resumed from; the export reads the best
+    checkpoint from there into model.pt."""
     import boto3
 
     boto3.client("s3").create_bucket(Bucket="checkpoints")
@@ -273,8 +305,11 @@ def test_resumes_from_s3(job, uninterrupted, tmp_path, aws, capsys):
     assert "job-1/last.ckpt" in keys
     capsys.readouterr()
     step, weights = job("device-resident", more=s3)
-    assert "resuming at epoch 1 step 4 from last.ckpt" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "resuming at epoch 1 step 4 from last.ckpt" in out
     assert step == expected[0] and same(weights, expected[1])
+    assert f"model: {tmp_path}/model/model.pt from s3://checkpoints/job-1/epoch=2-step=9.ckpt" in out
+    assert same(torch.load(tmp_path / "model" / "model.pt", weights_only=True), weights)  # the best is the last here
 
 
 def test_resumes_from_the_jobs_checkpoint_local_path(job, uninterrupted, tmp_path, capsys):
@@ -292,3 +327,31 @@ def test_resumes_from_the_jobs_checkpoint_local_path(job, uninterrupted, tmp_pat
     step, weights = job("device-resident")
     assert "resuming at epoch 1 step 4 from last.ckpt" in capsys.readouterr().out
     assert step == expected[0] and same(weights, expected[1])
+
+
+def test_fsdp_resumes_from_the_save_before_one_that_s3_brought_back_incomplete(job, tmp_path, capsys):
+    """trainer.strategy=fsdp keeps the newest complete save and the one before it: SageMaker uploads the checkpoint
+    directory in the background, so a reclaim can leave S3 with the newest save incomplete. The directory as S3
+    restores it then (the newest save with a shard missing, then with a shard cut short): the job resumes from the
+    save before it and ends with the uninterrupted run's weights."""
+    fsdp = ("--trainer.strategy=fsdp", "--trainer.devices=1")
+    done = tmp_path / "uninterrupted"
+    step, expected = job("a user's plain DataLoader", base=done, more=fsdp)
+    saves = sorted(os.listdir(done / "checkpoints" / "last.ckpt"))
+    assert step == 9 and [s[:14] for s in saves] == ["step-000000008", "step-000000009"]  # saved at 8, and at 9
+    for how in ("missing", "cut short"):
+        base = tmp_path / how.replace(" ", "-")
+        shutil.copytree(done / "checkpoints", base / "checkpoints")
+        shard = base / "checkpoints" / "last.ckpt" / saves[-1] / "__0_0.distcp"
+        shard.unlink() if how == "missing" else os.truncate(shard, shard.stat().st_size // 2)
+        capsys.readouterr()
+        step, weights = job("a user's plain DataLoader", base=base, more=fsdp)
+        out = capsys.readouterr().out
+        assert f"not resuming from {saves[-1]} lacks __0_0.distcp" in out
+        assert "resuming at epoch 2 step 8 from last.ckpt" in out
+        assert step == 9 and same(local(weights), local(expected))
+
+
+def local(state: dict) -> dict:
+    """Sharded (DTensor) weights of a one-process fsdp run as plain tensors."""
+    return {k: v.to_local() if isinstance(v, DTensor) else v for k, v in state.items()}

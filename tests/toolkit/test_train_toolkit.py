@@ -7,6 +7,8 @@ import re
 import sys
 
 import pytest
+import s3fs
+import torch
 
 import run_sagemaker
 from model import ImageClassifier
@@ -390,26 +392,50 @@ def test_a_killed_run_resumes_exactly(run_hosts, archive_dir, tiny, tmp_path, pi
     assert final(resumed.output) == expected
 
 
-def test_two_hosts_resume_exactly_after_sigterm_and_sigkill(run_hosts, archive_dir, tiny, tmp_path):
-    """Two hosts: SIGTERM to the second host's entrypoint during epoch 0's validation, the first host's not yet (as
-    SageMaker signals each host on its own): both stop after the same step, save and exit 143; run again;
-    then SIGKILL of rank 0 at the start of epoch 1 (rank 1 fails), run again: each rerun ends at the uninterrupted
-    run's step with the same weights."""
+def test_two_hosts_resume_exactly_after_sigterm_and_sigkill(run_hosts, archive_dir, tiny, tmp_path, aws):
+    """Two hosts, the uninterrupted run's checkpoints in S3 (moto): both succeed, model.pt holding the best
+    checkpoint's weights, read from there (the export used to open the URL as a local file and fail, the other rank
+    waiting out dist_timeout). SIGTERM to the second host's entrypoint at the first batch of epoch 0's validation, the
+    first host's not yet (as SageMaker signals each host on its own), the validation's later batches each longer than
+    the grace period, shortened to 20 s, after which the host is SIGKILLed as SageMaker does: both stop after that
+    batch, with step 3's last.ckpt, and exit 143 within the grace (they used to finish the validation first, and were
+    killed); run again, the second host's first read of last.ckpt failing once (as S3 throttling does): it is read
+    again, not skipped, and both resume from the checkpoint rank 0 chose; then SIGKILL of rank 0 at the start of
+    epoch 1 (rank 1 fails), run again: each rerun ends at the uninterrupted run's step with the same weights."""
     hosts, data = ["localhost", "127.0.0.1"], {"training": archive_dir}
-    hps = {**tiny, **EPOCHS, "dist_timeout": 60}
-    expected = final(run_hosts(hosts, hps, data)[0].output)
+    hps = {
+        **tiny,
+        **EPOCHS,
+        "dist_timeout": 60,
+        "data.val_split": 0,
+    }  # validation: the 40 test images, 2 batches a rank
+    s3 = s3fs.S3FileSystem()
+    s3.mkdir("checkpoints")
+    uninterrupted = run_hosts(hosts, {**hps, "checkpoint.dirpath": "s3://checkpoints/job"}, data)
+    assert [h.returncode for h in uninterrupted] == [0, 0], uninterrupted[0].output[-3000:]
+    best = re.search(r"model: \S+ from (s3://\S+)", uninterrupted[0].output)[1]
+    with s3.open(best) as f:
+        written = torch.load(f, weights_only=True)["state_dict"]
+    exported = torch.load(uninterrupted[0].path("model", "model.pt"), weights_only=True)
+    assert exported.keys() == written.keys() and all(torch.equal(exported[k], written[k]) for k in written)
+    expected = final(uninterrupted[0].output)
     assert expected[1] == 6
 
     hps = {**hps, "checkpoint.dirpath": str(tmp_path / "checkpoints-1")}  # both hosts', as S3 syncs it
     stop = {"trainer.callbacks+": "faults.StopJob", "trainer.callbacks.step": 3, "trainer.callbacks.validation": True}
-    stop["trainer.callbacks.node_rank"] = 1
+    stop |= {"trainer.callbacks.node_rank": 1, "trainer.callbacks.grace_s": 20, "trainer.callbacks.batch_s": 60}
     stopped = run_hosts(hosts, {**hps, **stop}, data, env={"PYTHONPATH": PLUGINS})
     # the first host's PID 1 got no SIGTERM here, so it exits with the toolkit's code; its trainer stopped all the same
     assert stopped[1].returncode == 143, stopped[0].output[-3000:] + stopped[1].output[-3000:]
     assert all(h.failure and h.failure.startswith("stopped by SIGTERM") for h in stopped), stopped[0].output[-3000:]
-    resumed = run_hosts(hosts, hps, data)
-    assert [h.returncode for h in resumed] == [0, 0], resumed[0].output[-3000:]
-    saved = re.findall(r"saved last\.ckpt at (epoch \d+ step \d+)", stopped[0].output)[-1]  # on SIGTERM
+    assert re.findall(r"saved last\.ckpt at (epoch \d+ step \d+)", stopped[0].output)[-1] == "epoch 0 step 3"
+    fail_read = {"trainer.callbacks+": "faults.FailCheckpointRead"}
+    resumed = run_hosts(hosts, {**hps, **fail_read}, data, env={"PYTHONPATH": PLUGINS})
+    assert [h.returncode for h in resumed] == [0, 0], resumed[0].output[-3000:] + resumed[1].output[-3000:]
+    assert "checkpoints-1/last.ckpt failed (OSError: [Errno 5] injected" in resumed[1].output
+    saved = re.findall(r"saved last\.ckpt at (epoch \d+ step \d+)", stopped[0].output)[
+        -1
+    ]  # at step 3, in the validation
     assert f"resuming at {saved} from last.ckpt" in resumed[0].output
     assert final(resumed[0].output) == final(resumed[1].output) == expected
 
