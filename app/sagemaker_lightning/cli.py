@@ -54,6 +54,7 @@ from sagemaker_lightning.plan import DEFAULT_TIMEOUT_S, Plan, check_world_size, 
 
 SUBCOMMANDS = ("fit", "validate", "test", "predict")
 LOST_PEER_WAIT_S = 3  # for a process of Lightning's launcher to end, when this one failed in a collective
+SETTLE_S = 1.0  # after the process group is destroyed, for gloo's threads to let go of their last tensors (leave_process_group)
 DEFAULT_DATA_KEY = "data_dir"  # the data module's argument that receives the data channel, unless data_channels says
 
 
@@ -309,14 +310,19 @@ def _options_start(argv: list[str], parser) -> int | None:
 
 def leave_process_group() -> None:
     """After a run that ended normally (every rank is past the export's broadcast: nothing pending, no peer gone), the
-    process group and its subgroups (fsdp's device meshes) are destroyed here, whatever the backend, not by
-    destructors during interpreter finalization, where gloo's threads can abort a finished job (`terminate called
-    without an active exception`, exit -6: once in three CI runs, two-host fsdp on CPUs; Lightning destroys NCCL's
-    group at exit, not gloo's). Not after a failure: a peer may be gone, and the teardown could wait for it."""
+    process group and its subgroups (fsdp's device meshes) are destroyed here, whatever the backend (Lightning destroys
+    NCCL's group at exit, not gloo's), and the process waits SETTLE_S with the GIL released: a gloo worker thread drops
+    its last collective's tensors just after the collective completes, and needs the GIL for it; if the interpreter is
+    finalizing by then, Python ends that thread mid-C++ and the finished job aborts (`terminate called without an
+    active exception`, exit -6). Two-host fsdp on 2 AMD EPYC cores, torch 2.14.1 (scripts/soak_exit.py): 3 of 48 runs
+    aborted with the group destroyed and no wait (at exit the group's threads still run: FSDP's state holds the
+    group), 0 of 20 with the wait, another process keeping one core busy. Not after a failure: a peer may be gone, and
+    the teardown could wait for it."""
     import torch.distributed
 
     if torch.distributed.is_available() and torch.distributed.is_initialized():
         torch.distributed.destroy_process_group()
+        time.sleep(SETTLE_S)
 
 
 def ended_children(trainer, wait_s: float = 0) -> list[tuple[int, int]]:
