@@ -1,5 +1,8 @@
 """Fixtures shared by every tier: generated CIFAR-10-format data, the user project, local servers (moto: a local AWS
-API server whose clients find it through AWS_ENDPOINT_URL; every test starts from an empty server)."""
+API server whose clients find it through AWS_ENDPOINT_URL; every test starts from an empty server).
+
+The tiers' rules: every test carries the marker of its tier, the folder it is in (`-m toolkit` selects one), and with
+REQUIRE_ALL_TIERS=1 (CI) a test that skips fails instead, wherever the skip comes from."""
 
 import base64
 import hashlib
@@ -20,6 +23,27 @@ import make_dataset
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 USER_PROJECT = os.path.join(ROOT, "tests", "user_project")
+TIERS = ("unit", "toolkit", "cloud", "container")  # the folders under tests/, and their markers (pyproject.toml)
+
+
+def pytest_collection_modifyitems(config, items):
+    """A test whose tier markers are not exactly its folder's stops the run before anything runs."""
+    wrong = []
+    for item in items:
+        tier = os.path.basename(os.path.dirname(str(item.path)))
+        if [t for t in TIERS if item.get_closest_marker(t)] != [tier]:
+            wrong.append(item.nodeid)
+    if wrong:
+        raise pytest.UsageError(f"{len(wrong)} tests lack their folder's tier marker (pytestmark), e.g. {wrong[0]}")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """With REQUIRE_ALL_TIERS=1 a skipped test is a failed one: CI runs every test or says which it could not."""
+    report = (yield).get_result()
+    if report.skipped and not hasattr(report, "wasxfail") and os.environ.get("REQUIRE_ALL_TIERS") == "1":
+        reason = report.longrepr[-1] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        report.outcome, report.longrepr = "failed", f"skipped, but REQUIRE_ALL_TIERS=1: {reason}"
 
 
 @pytest.fixture(scope="session")

@@ -36,11 +36,9 @@ def docker_problem(compose: bool = True) -> str | None:
 
 
 def require(problem: str | None) -> None:
-    """Skip the test for this problem, or fail it when REQUIRE_ALL_TIERS=1."""
+    """Skip the test for this problem (a failure when REQUIRE_ALL_TIERS=1: tests/conftest.py)."""
     if problem:
-        if os.environ.get("REQUIRE_ALL_TIERS") == "1":
-            pytest.fail(f"container tier required but {problem}")
-        pytest.skip(problem)
+        pytest.skip(f"the container tier cannot run here: {problem}")
 
 
 @pytest.fixture

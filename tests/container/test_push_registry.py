@@ -15,6 +15,8 @@ import pytest
 
 import push
 
+pytestmark = pytest.mark.container
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 MANIFEST = "application/vnd.docker.distribution.manifest.v2+json"
 

@@ -2,10 +2,13 @@
 
 import re
 
+import pytest
 import torch
 
 import bench_memory
 import throughput
+
+pytestmark = pytest.mark.unit
 
 
 def figures(rank: int, mib: float, unit: float | None) -> dict:

@@ -3,10 +3,13 @@
 import argparse
 import re
 
+import pytest
 import torch
 
 import benchmark
 import throughput
+
+pytestmark = pytest.mark.unit
 
 SUMMARY = re.compile(
     r"^bench: baseline=(?P<baseline>[\d.]+) default=(?P<default>[\d.]+) model_only=(?P<model_only>[\d.]+) "

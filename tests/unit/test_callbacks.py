@@ -3,6 +3,7 @@ time as well as every log_every_n_steps, with an ETA from the first line; SageMa
 
 import re
 
+import pytest
 import pytorch_lightning
 import torch
 from pytorch_lightning.demos.boring_classes import BoringModel
@@ -11,6 +12,8 @@ from torch.utils.data import DataLoader, TensorDataset
 import run_sagemaker
 from sagemaker_lightning.callbacks import LogLines
 from sagemaker_lightning.flavor import made
+
+pytestmark = pytest.mark.unit
 
 STEP_S = 11.0  # what each fake step takes on the fake clock
 

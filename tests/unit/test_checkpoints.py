@@ -13,6 +13,8 @@ from torch.utils.data import DataLoader, TensorDataset
 from sagemaker_lightning import checkpoints, resume
 from sagemaker_lightning.flavor import made
 
+pytestmark = pytest.mark.unit
+
 
 def test_atomic_save_replaces_the_file_whole(tmp_path):
     io, path = made(checkpoints.AtomicCheckpointIO, pytorch_lightning)(), tmp_path / "last.ckpt"

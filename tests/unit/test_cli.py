@@ -16,6 +16,8 @@ from data import CIFAR10DataModule
 from device_data import DeviceCIFAR10DataModule
 from sagemaker_lightning import hyperparameters
 
+pytestmark = pytest.mark.unit
+
 # The Estimator hyperparameters of Martin Krasser, "Using AWS SageMaker with minimal dependencies, part 1: Distributed
 # model training with PyTorch Lightning" (https://krasserm.github.io/2022/01/21/sagemaker-multi-node/): its run_sagemaker.py's with its
 # README's CPU settings, unchanged

@@ -12,6 +12,8 @@ import make_dataset
 from data import ARCHIVE, FOLDER, CIFAR10DataModule
 from sagemaker_lightning import UserError
 
+pytestmark = pytest.mark.unit
+
 
 def setup(data_dir, **kwargs) -> CIFAR10DataModule:
     dm = CIFAR10DataModule(data_dir, batch_size=16, num_workers=0, **kwargs)

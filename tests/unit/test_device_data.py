@@ -14,6 +14,8 @@ from data import MEAN, PAD, SIZE, STD, CIFAR10DataModule
 from device_data import DeviceBatches, DeviceCIFAR10DataModule, DeviceImages, crop_flip, normalize, to_device
 from sagemaker_lightning import UserError
 
+pytestmark = pytest.mark.unit
+
 EPOCHS = 24  # passes over the training images per path in the statistical tests
 
 

@@ -13,6 +13,8 @@ import pytest
 from sagemaker_lightning import entrypoint
 from sagemaker_lightning.failure import UserError
 
+pytestmark = pytest.mark.unit
+
 ROUTES = """Iface\tDestination\tGateway \tFlags\tRefCnt\tUse\tMetric\tMask\t\tMTU\tWindow\tIRTT
 eth0\t00000000\t010012AC\t0003\t0\t0\t0\t00000000\t0\t0\t0
 eth0\t000012AC\t00000000\t0001\t0\t0\t0\t0000FFFF\t0\t0\t0

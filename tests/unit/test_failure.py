@@ -6,6 +6,8 @@ import pytest
 from sagemaker_lightning import failure
 from sagemaker_lightning.plan import make_plan
 
+pytestmark = pytest.mark.unit
+
 PLAN = make_plan({"SM_HOSTS": '["algo-1","algo-2"]', "SM_CURRENT_HOST": "algo-2", "MASTER_ADDR": "10.0.0.1"}, ())
 ADDRESSES = {"algo-1": "10.0.0.1", "algo-2": "10.0.0.2"}
 

@@ -14,6 +14,8 @@ from sagemaker_training import environment, mapping
 import train
 from sagemaker_lightning import hyperparameters
 
+pytestmark = pytest.mark.unit
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SDK3 = os.path.join(ROOT, ".venv-sdk3", "lib", f"python{sys.version_info.major}.{sys.version_info.minor}", "site-packages",
                     "sagemaker", "train", "container_drivers", "common", "utils.py")  # fmt: skip

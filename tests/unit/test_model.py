@@ -7,6 +7,8 @@ from torch import nn
 import model
 from sagemaker_lightning import UserError
 
+pytestmark = pytest.mark.unit
+
 
 def test_resnet_gets_the_cifar_stem():
     m = model.ImageClassifier("resnet18", num_classes=10)

@@ -2,9 +2,12 @@
 
 import os
 
+import pytest
 import tomllib
 import yaml
 from packaging.requirements import Requirement
+
+pytestmark = pytest.mark.unit
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

@@ -8,6 +8,8 @@ from sagemaker_lightning import strategy
 from sagemaker_lightning.failure import UserError
 from sagemaker_lightning.plan import check_world_size, make_plan, network_env
 
+pytestmark = pytest.mark.unit
+
 HOSTS = {"SM_HOSTS": '["algo-1","algo-2"]', "SM_CURRENT_HOST": "algo-2"}
 
 

@@ -7,6 +7,8 @@ import torch
 import train
 from sagemaker_lightning.precision import Choice, Machine, choose, probe
 
+pytestmark = pytest.mark.unit
+
 
 def gpu(major, minor, name="GPU"):
     return Machine("cuda", (major, minor), name)

@@ -6,6 +6,8 @@ import pytest
 
 import push
 
+pytestmark = pytest.mark.unit
+
 
 @pytest.mark.parametrize(
     "registry", ["127.0.0.1:5000", "localhost:5000", "registry.example.com", "ghcr.io/team", "host:5000/a/b-c"]

@@ -9,6 +9,8 @@ from pytorch_lightning.utilities._pytree import _tree_flatten
 
 from sagemaker_lightning import quiet
 
+pytestmark = pytest.mark.unit
+
 
 def warned(install: bool) -> list[str]:
     with warnings.catch_warnings(record=True) as caught:

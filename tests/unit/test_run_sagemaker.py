@@ -10,6 +10,8 @@ from sagemaker.pytorch import PyTorch
 
 import run_sagemaker
 
+pytestmark = pytest.mark.unit
+
 
 @pytest.mark.parametrize(
     "name, distribution",

@@ -4,6 +4,10 @@ import os
 import re
 import subprocess
 
+import pytest
+
+pytestmark = pytest.mark.unit
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PART1 = "https://krasserm.github.io/2022/01/21/sagemaker-multi-node/"
 PART2 = "https://krasserm.github.io/2022/02/26/sagemaker-fault-tolerance/"

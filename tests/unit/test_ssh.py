@@ -10,6 +10,8 @@ import pytest
 
 from sagemaker_lightning import ssh
 
+pytestmark = pytest.mark.unit
+
 
 def test_only_mpi_jobs_need_it():
     assert ssh.needed({"sagemaker_mpi_enabled": "true"}) and ssh.needed({"sagemaker_pytorch_ddp_enabled": True})

@@ -11,6 +11,8 @@ from pytorch_lightning.strategies import DDPStrategy, StrategyRegistry
 from sagemaker_lightning import strategy
 from sagemaker_lightning.plan import make_plan
 
+pytestmark = pytest.mark.unit
+
 PLAN = make_plan({"SM_HOSTS": '["algo-1","algo-2"]', "SM_CURRENT_HOST": "algo-1"}, (), timeout_s=42)
 TIMED = [
     name for name in StrategyRegistry if "timeout" in inspect.signature(StrategyRegistry[name]["strategy"]).parameters

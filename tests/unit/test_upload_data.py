@@ -9,6 +9,8 @@ import pytest
 import make_dataset
 import upload_data
 
+pytestmark = pytest.mark.unit
+
 
 @pytest.mark.parametrize(
     "uri, expected",
