@@ -229,6 +229,22 @@ def same(a: dict, b: dict) -> bool:
 KILL_AT_5 = stop("SIGKILL", "on_train_batch_start", 5)  # last.ckpt at step 4, the epoch's checkpoint at step 3
 
 
+def test_a_stop_during_the_sanity_check_saves_nothing_and_the_rerun_starts_afresh(job, uninterrupted, tmp_path):
+    """SIGTERM while Lightning's sanity check validates, before any step: the job stops (143) without a last.ckpt of
+    a run that trained nothing, and the rerun is the uninterrupted run."""
+    expected = reference(job, uninterrupted, "device-resident", tmp_path)
+
+    def sigterm(self, trainer, *args):
+        if trainer.sanity_checking and not self.done:
+            self.done = True
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    assert job("device-resident", {"on_validation_batch_start": sigterm, "done": False}) == 143
+    assert not os.path.exists(tmp_path / "checkpoints" / "last.ckpt")
+    step, weights = job("device-resident")
+    assert step == expected[0] and same(weights, expected[1])
+
+
 def test_an_unreadable_last_checkpoint_falls_back_to_the_newest_readable_one(job, uninterrupted, tmp_path, capsys):
     """last.ckpt cut short (a full disk, a partial upload): the job resumes from the newest checkpoint that loads,
     saying so in one line, and still ends as the uninterrupted run."""
