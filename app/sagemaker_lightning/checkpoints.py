@@ -25,6 +25,11 @@ from sagemaker_lightning.flavor import attribute
 PREVIOUS = "last-previous.ckpt"  # last.ckpt's predecessor, kept while last.ckpt is replaced and uploaded
 
 
+def partial_path(path: str) -> str:
+    """Where a file is written before it is renamed to `path`: hidden, so that resume never takes it for a checkpoint."""
+    return os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.partial")
+
+
 class AtomicCheckpointIO:
     """Each checkpoint goes to a temporary name first and is renamed when complete: a kill during a save never
     leaves a broken file under the real name (remote paths are written as Lightning writes them). A read that fails
@@ -43,7 +48,7 @@ class AtomicCheckpointIO:
         path = str(path)
         if "://" in path:
             return super().save_checkpoint(checkpoint, path, storage_options)
-        partial = os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.partial")
+        partial = partial_path(path)
         try:
             super().save_checkpoint(checkpoint, partial, storage_options)
         except BaseException:
@@ -181,12 +186,11 @@ def keep_previous(path: str) -> None:
     complete copy of the progress stays beside it (a hard link here, a server-side copy in S3), from which the job
     resumes when last.ckpt does not load."""
     fs, source = fsspec.core.url_to_fs(path)
-    directory = source.rsplit("/", 1)[0]
-    target = f"{directory}/{PREVIOUS}"
+    target = f"{source.rsplit('/', 1)[0]}/{PREVIOUS}"
     if not fs.exists(source):
         return
     if isinstance(fs, fsspec.implementations.local.LocalFileSystem):
-        partial = f"{directory}/.{PREVIOUS}.partial"
+        partial = partial_path(target)
         if os.path.exists(partial):
             os.remove(partial)
         os.link(source, partial)
