@@ -9,6 +9,7 @@ import subprocess
 import sys
 import tarfile
 import time
+import uuid
 from collections.abc import Iterator
 
 import pytest
@@ -40,6 +41,22 @@ def containers(image: str) -> list[str]:
     ).stdout.split()
 
 
+STARTED: list[subprocess.Popen] = []  # this test's jobs (start_job)
+
+
+@pytest.fixture(autouse=True)
+def no_job_left(request):
+    """A test that fails leaves none of its jobs or their containers to the next test."""
+    STARTED.clear()
+    yield
+    for proc in STARTED:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    if "image" in request.fixturenames and (left := containers(request.getfixturevalue("image"))):
+        subprocess.run(["docker", "rm", "-f", *left], capture_output=True)
+
+
 def start_job(image, data_dir, output, *words, sdk: str = "v2", env: dict | None = None) -> subprocess.Popen:
     cmd = [
         sys.executable if sdk == "v2" else os.path.join(ROOT, ".venv-sdk3", "bin", "python"),
@@ -54,9 +71,11 @@ def start_job(image, data_dir, output, *words, sdk: str = "v2", env: dict | None
         str(output),
         *words,
     ]
-    return subprocess.Popen(
+    proc = subprocess.Popen(
         cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env={**os.environ, **(env or {})}
     )
+    STARTED.append(proc)
+    return proc
 
 
 def read_until(proc: subprocess.Popen, pattern: str, timeout: float = 300) -> list[str]:
@@ -220,11 +239,12 @@ def docker_run(image, mounts: dict, *args, network="bridge", alias=None) -> tupl
 def test_a_host_that_never_comes_up_is_named(image, tmp_path):
     """A 2-host job whose second container never starts: the first fails within dist_timeout, naming it."""
     mounts = opt_ml(tmp_path, ["algo-1", "algo-2"], "algo-1", {"dist_timeout": "10"})
-    subprocess.run(["docker", "network", "create", "never-up"], capture_output=True)
+    network = f"never-up-{uuid.uuid4().hex[:8]}"  # this run's own: another run's network is not removed under it
+    subprocess.run(["docker", "network", "create", network], capture_output=True)
     try:
-        result, seconds = docker_run(image, mounts, "train", network="never-up", alias="algo-1")
+        result, seconds = docker_run(image, mounts, "train", network=network, alias="algo-1")
     finally:
-        subprocess.run(["docker", "network", "rm", "never-up"], capture_output=True)
+        subprocess.run(["docker", "network", "rm", network], capture_output=True)
     assert result.returncode == 1 and seconds < 60
     failure = (mounts["/opt/ml/output"] / "failure").read_text()
     assert failure.startswith("host algo-2 did not come up within dist_timeout=10 s") and failure.count("\n") == 1

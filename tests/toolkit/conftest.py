@@ -9,6 +9,7 @@ import itertools
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -94,6 +95,25 @@ def make_opt_ml(base, hosts, current, hyperparameters, channels, code=None, inte
         shutil.copytree(code, os.path.join(base, "code"), ignore=shutil.ignore_patterns("__pycache__"))
 
 
+def kill_tree(root: int) -> None:
+    """SIGKILL `root` and every process below it (the entrypoint starts the toolkit in a session of its own)."""
+    parents = {}
+    for name in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{name}/stat") as f:
+                parents[int(name)] = int(f.read().rsplit(")", 1)[1].split()[1])
+        except OSError:
+            pass  # ended meanwhile
+    tree = {root}
+    while more := {pid for pid, parent in parents.items() if parent in tree} - tree:
+        tree |= more
+    for pid in tree:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
 @pytest.fixture
 def run_hosts(tmp_path, free_port):
     """Run the entrypoint and `train` for each host of one job at the same time; return what each did."""
@@ -123,9 +143,15 @@ def run_hosts(tmp_path, free_port):
             )
             procs.append((base, time.monotonic(), popen))
         results = []
-        for base, start, proc in procs:
-            output, _ = proc.communicate(timeout=timeout)
-            results.append(Host(base, proc.returncode, output, time.monotonic() - start))
+        try:
+            for base, start, proc in procs:
+                output, _ = proc.communicate(timeout=timeout)
+                results.append(Host(base, proc.returncode, output, time.monotonic() - start))
+        finally:  # a timeout (or any error here) leaves no host running into the next test
+            for _, _, proc in procs:
+                if proc.poll() is None:
+                    kill_tree(proc.pid)
+                    proc.communicate()
         return results
 
     return run
