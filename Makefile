@@ -25,7 +25,7 @@ PYTHON := .venv/bin/python
 # the earlier constant rate; train.py on 2 CPU processes, 17 s), about a minute in local mode on 2 CPU cores
 DEMO_ARGS := trainer.max_epochs=1 trainer.accelerator=cpu data.batch_size=16 optimizer.lr=0.02
 
-.PHONY: help install lint format test test-unit bench bench-memory bench-startup build push push-check debian-base demo local image clean
+.PHONY: help install lint format test test-unit bench bench-overhead bench-memory bench-startup build push push-check debian-base demo local image clean
 
 help:  ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -54,6 +54,9 @@ test-unit: install  ## The unit tier alone: pure functions and in-process object
 
 bench: install  ## Training images/s: baseline (the pipeline of Martin Krasser's part 1, README), default path, model alone (BENCH_ARGS="--repeat 3 ...")
 	$(PYTHON) scripts/benchmark.py $(BENCH_ARGS)
+
+bench-overhead: install  ## Steps/s of a negligible model: Lightning's LightningCLI vs the runtime's as a SageMaker job, 1 and 2 processes (BENCH_ARGS="--profile")
+	$(PYTHON) scripts/bench_overhead.py $(BENCH_ARGS)
 
 bench-memory: install  ## Parameter + gradient + optimizer-state MiB per process, ddp vs fsdp, 2 CPU processes (BENCH_ARGS="--arch convnext_base")
 	$(PYTHON) scripts/bench_memory.py $(BENCH_ARGS)

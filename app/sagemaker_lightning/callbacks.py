@@ -74,10 +74,11 @@ class LogLines:
     def on_train_start(self, trainer, pl_module):
         self._since = (self.clock(), trainer.global_step)
         self._first = trainer.global_step + 1  # a resumed run's first step too
+        self._silent = trainer.progress_bar_callback is not None or not trainer.is_global_zero  # once, not every step
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         step = trainer.global_step
-        if trainer.progress_bar_callback or not trainer.is_global_zero or step == self._since[1]:
+        if self._silent or step == self._since[1]:
             return
         now, (then, then_step), n = self.clock(), self._since, trainer.log_every_n_steps
         if not (step == self._first or (n and step % n == 0) or now - then >= self.every_s):

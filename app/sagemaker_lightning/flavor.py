@@ -39,8 +39,20 @@ def attribute(pl: ModuleType, path: str):
     return getattr(importlib.import_module(f"{pl.__name__}.{module}") if module else pl, name)
 
 
+# Callback hooks that Lightning calls directly, not through _call_callback_hooks' `if callable(fn)`
+CALLED_DIRECTLY = ("on_save_checkpoint", "on_load_checkpoint")
+
+
 @functools.cache
 def made(mixin: type, pl: ModuleType) -> type:
-    """`mixin` as a subclass of the class its BASE names in package `pl`; `pl` is its class attribute."""
+    """`mixin` as a subclass of the class its BASE names in package `pl`; `pl` is its class attribute. A callback's
+    hooks that `mixin` leaves out are None, which Lightning skips: it calls each hook of each callback at every step,
+    even the base class's empty ones, and each call costs about 2 µs (the profiler's context, the hook's name built):
+    with the runtime's 5 callbacks and 6 hooks a step, 60 µs of a 1.3 ms step on 2 AMD EPYC cores
+    (scripts/bench_overhead.py)."""
     base = attribute(pl, mixin.BASE)
-    return type(mixin.__name__, (mixin, base), {"pl": pl, "__module__": mixin.__module__, "__doc__": mixin.__doc__})
+    namespace = {"pl": pl, "__module__": mixin.__module__, "__doc__": mixin.__doc__}
+    if issubclass(base, attribute(pl, "callbacks.Callback")):
+        skipped = (n for n in dir(base) if n.startswith("on_") and n not in CALLED_DIRECTLY and not hasattr(mixin, n))
+        namespace.update(dict.fromkeys(skipped))
+    return type(mixin.__name__, (mixin, base), namespace)

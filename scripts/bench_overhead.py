@@ -1,0 +1,200 @@
+"""The runtime's own cost per training step: a model whose compute is negligible (a 4→16→2 MLP, batch 32, one
+epoch, 32-true, on the CPU), trained by Lightning's own LightningCLI and by the runtime's as a one-host SageMaker
+job (the SM_* variables set), on 1 process and on 2 (Lightning's process launcher, gloo), each run in fresh
+processes, the runs of each setup interleaved. Timed from step `--warmup` to the last step on rank 0; what is left
+is the fixed work per step: Lightning's loop, the data loader, and the runtime's callbacks and resumable loader.
+`--profile` adds a run of each under Lightning's SimpleProfiler and prints µs per step of each callback's per-step
+hooks (the profiler's own few µs per hook included) and of fetching a batch.
+The last line is machine-readable:
+  bench-overhead: p1_lightning=<steps/s> p1_runtime=<steps/s> p1_ratio=<x> p2_lightning=... p2_ratio=<y>
+
+    python scripts/bench_overhead.py                    # 1 and 2 processes, 5 runs each: about 6 minutes on 2 cores
+    python scripts/bench_overhead.py --processes 2 --repeat 5 --profile
+"""
+
+import argparse
+import json
+import os
+import platform
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+CLIS = ("lightning", "runtime")
+
+
+def child(cli: str, out: str) -> None:
+    """One training run, in this process (and in the processes Lightning's launcher starts for local ranks 1.., with
+    the same command line and environment): the CLI's arguments are the command line's."""
+    import lightning.pytorch as L
+    import torch
+    from torch.utils.data import DataLoader, TensorDataset
+
+    class Tiny(L.LightningModule):
+        def __init__(self, steps: int = 2150, warmup: int = 100, batch_size: int = 32):
+            """
+            Args:
+                steps: training steps of each process (one epoch).
+                warmup: steps before the timing starts.
+                batch_size: samples per step and process.
+            """
+            super().__init__()
+            self.save_hyperparameters()
+            self.net = torch.nn.Sequential(torch.nn.Linear(4, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2))
+
+        def train_dataloader(self):
+            n = self.hparams.steps * self.hparams.batch_size * self.trainer.world_size
+            data = TensorDataset(torch.randn(n, 4), torch.randint(0, 2, (n,)))
+            return DataLoader(data, batch_size=self.hparams.batch_size, shuffle=True)
+
+        def training_step(self, batch, batch_idx):
+            x, y = batch
+            return torch.nn.functional.cross_entropy(self.net(x), y)
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.01)
+
+        def on_train_batch_end(self, outputs, batch, batch_idx):
+            if self.trainer.global_step == self.hparams.warmup:
+                self.started = (time.perf_counter(), time.process_time())
+
+        def on_train_end(self):
+            if self.trainer.is_global_zero:
+                steps = self.trainer.global_step - self.hparams.warmup
+                wall, cpu = time.perf_counter() - self.started[0], time.process_time() - self.started[1]
+                result = {"steps_per_s": steps / wall, "cpu_us_per_step": cpu / steps * 1e6}
+                if profile:
+                    result["hooks"] = hook_costs(self.trainer)
+                with open(out, "w") as f:
+                    json.dump(result, f)
+
+    if cli == "lightning":
+        from lightning.pytorch.cli import LightningCLI
+    else:
+        from sagemaker_lightning import LightningCLI
+    profile = "simple" in sys.argv  # --trainer.profiler simple
+    LightningCLI(Tiny, seed_everything_default=0)
+
+
+def hook_costs(trainer) -> dict[str, float]:
+    """µs per step of each callback's per-step hooks (those called at every step; not setup, the epoch's end or its
+    checkpoint) and of fetching a batch, from the SimpleProfiler's records."""
+    steps = trainer.global_step
+    costs: dict[str, float] = {}
+    for action, durations in trainer.profiler.recorded_durations.items():
+        if action.startswith("[Callback]"):
+            name = action.removeprefix("[Callback]").split("{")[0].split(".")[0]  # ModelCheckpoint{...}.on_...
+        elif action.endswith("train_dataloader_next"):
+            name = "fetching a batch"
+        else:
+            continue
+        if len(durations) >= steps:
+            costs[name] = costs.get(name, 0.0) + sum(durations) / steps * 1e6
+    return costs
+
+
+def free_port() -> str:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return str(s.getsockname()[1])
+
+
+def run(cli: str, processes: int, args: argparse.Namespace, profile: bool = False) -> dict:
+    """One run in fresh processes, the runtime's as a one-host SageMaker job; what rank 0 measured."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "result.json")
+        env = {**os.environ, "MASTER_PORT": free_port(), "PYTHONPATH": os.path.join(ROOT, "app")}
+        if cli == "runtime":
+            for d in ("model", "output/data", "checkpoints", "run"):
+                os.makedirs(os.path.join(tmp, d))
+            env.update(
+                SM_HOSTS='["localhost"]',
+                SM_CURRENT_HOST="localhost",
+                SM_NUM_GPUS="0",
+                SM_MODEL_DIR=os.path.join(tmp, "model"),
+                SM_OUTPUT_DATA_DIR=os.path.join(tmp, "output/data"),
+                SAGEMAKER_BASE_DIR=tmp,
+                SAGEMAKER_LIGHTNING_RUN_DIR=os.path.join(tmp, "run"),
+            )
+        env.update(BENCH_OVERHEAD_CLI=cli, BENCH_OVERHEAD_OUT=out)
+        command = [
+            sys.executable,
+            os.path.abspath(__file__),
+            "fit",
+            "--trainer.accelerator",
+            "cpu",
+            "--trainer.devices",
+            str(processes),
+        ]
+        command += ["--trainer.strategy", "ddp" if processes > 1 else "auto", "--trainer.precision", "32-true"]
+        command += ["--trainer.max_epochs", "1", "--trainer.logger", "false", "--trainer.enable_progress_bar", "false"]
+        command += ["--trainer.enable_model_summary", "false", "--trainer.default_root_dir", tmp]
+        command += ["--model.steps", str(args.steps), "--model.warmup", str(args.warmup)]
+        command += ["--trainer.profiler", "simple"] * profile
+        done = subprocess.run(command, cwd=tmp, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        if done.returncode != 0 or not os.path.exists(out):
+            tail = "\n".join(done.stdout.splitlines()[-20:])
+            raise SystemExit(f"error: the {cli} run on {processes} processes failed (exit {done.returncode}):\n{tail}")
+        with open(out) as f:
+            return json.load(f)
+
+
+def versions() -> str:
+    import lightning
+    import torch
+
+    with open("/proc/cpuinfo") as f:
+        cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), platform.machine())
+    cores = len(os.sched_getaffinity(0))
+    return f"{cpu}, {cores} cores; Python {platform.python_version()}, torch {torch.__version__}, lightning {lightning.__version__}"
+
+
+def main() -> int:
+    if cli := os.environ.get("BENCH_OVERHEAD_CLI"):  # a run's process (run())
+        child(cli, os.environ["BENCH_OVERHEAD_OUT"])
+        return 0
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--processes", type=int, nargs="+", default=[1, 2], help="process counts to measure")
+    parser.add_argument("--repeat", type=int, default=5, help="runs of each setup; their median counts")
+    parser.add_argument("--steps", type=int, default=2150, help="training steps per process")
+    parser.add_argument("--warmup", type=int, default=100, help="steps before the timing starts")
+    parser.add_argument("--profile", action="store_true", help="also each callback's µs per step (runtime)")
+    args = parser.parse_args()
+    print(f"date: {time.strftime('%Y-%m-%d')}; {versions()}")
+    summary = []
+    for processes in args.processes:
+        runs: dict[str, list[dict]] = {cli: [] for cli in CLIS}
+        for _ in range(args.repeat):
+            for cli in CLIS:
+                runs[cli].append(run(cli, processes, args))
+        median = {cli: statistics.median(r["steps_per_s"] for r in runs[cli]) for cli in CLIS}
+        cpu = {cli: statistics.median(r["cpu_us_per_step"] for r in runs[cli]) for cli in CLIS}
+        ratio = median["runtime"] / median["lightning"]
+        for cli in CLIS:
+            listed = ", ".join(f"{r['steps_per_s']:.0f}" for r in runs[cli])
+            print(
+                f"{processes} process(es), {cli:9s}: median {median[cli]:6.1f} steps/s (runs: {listed}); "
+                f"rank 0's CPU time {cpu[cli]:.0f} µs/step"
+            )
+        print(
+            f"{processes} process(es), runtime/lightning: {ratio:.3f} steps/s, {cpu['runtime'] / cpu['lightning']:.3f} CPU time"
+        )
+        if args.profile:
+            hooks = {cli: run(cli, processes, args, profile=True)["hooks"] for cli in CLIS}
+            for name in sorted(set(hooks["lightning"]) | set(hooks["runtime"])):
+                costs = "  ".join(
+                    f"{cli} {hooks[cli][name]:7.1f}" if name in hooks[cli] else f"{cli}       -" for cli in CLIS
+                )
+                print(f"{processes} process(es), profiled µs/step: {costs}  {name}")
+        summary += [f"p{processes}_{cli}={median[cli]:.1f}" for cli in CLIS] + [f"p{processes}_ratio={ratio:.3f}"]
+    print("bench-overhead: " + " ".join(summary))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,107 @@
+"""What the runtime does at every training step, kept cheap (scripts/bench_overhead.py measures it) without losing
+what it is for: the stop agreement (signals.StopTogether) between two real gloo processes, the per-batch seeding
+(resumable.seed_all), and the hooks Lightning need not call (flavor.made).
+
+    .venv/bin/pytest tests/unit/test_per_step.py
+"""
+
+import datetime
+import os
+import random
+import socket
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import pytorch_lightning
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+from pytorch_lightning.utilities.exceptions import SIGTERMException
+
+from sagemaker_lightning import flavor, resumable, signals
+from sagemaker_lightning.callbacks import LogLines
+
+pytestmark = pytest.mark.unit
+
+CALLS = 6  # hook calls of each rank: the signal comes before call SIGNALLED of rank 1 only
+SIGNALLED = 2
+
+
+def agreeing(rank: int, port: int, out) -> None:
+    """One rank: StopTogether on a trainer of its parts, `CALLS` training steps, then anew `CALLS` validation
+    batches; whether it had stopped after each goes to `out`."""
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=2, timeout=datetime.timedelta(seconds=20))
+    strategy = pytorch_lightning.strategies.DDPStrategy(
+        accelerator=pytorch_lightning.accelerators.CPUAccelerator(), parallel_devices=[torch.device("cpu")] * 2
+    )
+    strategy._launcher = None
+    decided = {}
+    for mode in ("training", "validation"):
+        trainer = SimpleNamespace(
+            world_size=2,
+            strategy=strategy,
+            fit_loop=SimpleNamespace(epoch_loop=SimpleNamespace()),
+            _signal_connector=SimpleNamespace(received_sigterm=False, _sigterm_notifier_fn=None),
+        )
+        stop = flavor.made(signals.StopTogether, pytorch_lightning)()
+        stop.setup(trainer, None, "fit")
+        decided[mode] = []
+        for call in range(CALLS):
+            if rank == 1 and call == SIGNALLED:
+                trainer._signal_connector._sigterm_notifier_fn(15, None)  # the SIGTERM handler
+            if mode == "validation":
+                stop.on_validation_batch_end(trainer, None, None, None, call)
+            else:
+                try:
+                    trainer.fit_loop.epoch_loop._broadcast_sigterm_tensor()  # where Lightning calls it: before a step
+                except SIGTERMException:
+                    assert trainer._signal_connector.received_sigterm
+            decided[mode].append(trainer._signal_connector.received_sigterm)
+    out.put((rank, decided))
+    dist.destroy_process_group()
+
+
+def test_ranks_stop_together_at_the_step_or_validation_batch_the_signal_came_in():
+    """Training: in Lightning's own collective before each step, both ranks stop (SIGTERMException, which saves
+    last.ckpt) before the step after the one the signalled rank alone had heard of it in. Validation: after each
+    batch, so a long validation ends after the batch the signal came in."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    context = mp.get_context("spawn")
+    out = context.Queue()
+    procs = [context.Process(target=agreeing, args=(rank, port, out)) for rank in range(2)]
+    for p in procs:
+        p.start()
+    results = dict(out.get(timeout=60) for _ in procs)
+    for p in procs:
+        p.join(timeout=30)
+        assert p.exitcode == 0
+    stop_at = [call >= SIGNALLED for call in range(CALLS)]
+    expected = {"training": stop_at, "validation": stop_at}
+    assert results == {0: expected, 1: expected}
+
+
+def draws() -> tuple:
+    return torch.rand(3).tolist(), np.random.rand(3).tolist(), [random.random() for _ in range(3)]
+
+
+def test_seed_all_makes_each_generator_repeat_its_draws():
+    resumable.seed_all(hash((0, 1, 2)))
+    first = draws()
+    resumable.seed_all(hash((0, 1, 3)))
+    other = draws()
+    resumable.seed_all(hash((0, 1, 2)))
+    assert draws() == first
+    assert all(a != b for a, b in zip(first, other, strict=True))  # each of torch's, numpy's and Python's was reseeded
+
+
+def test_callbacks_leave_out_the_hooks_they_do_not_define():
+    """Lightning calls each hook of each callback at every step unless it is None; the hooks a callback defines, and
+    those Lightning calls without that check, stay."""
+    made = flavor.made(LogLines, pytorch_lightning)()
+    assert made.on_before_backward is None and made.on_validation_batch_end is None
+    assert callable(made.on_train_batch_end) and callable(made.on_train_start)
+    assert callable(made.on_save_checkpoint) and callable(made.on_load_checkpoint) and callable(made.state_dict)
