@@ -196,7 +196,8 @@ def test_an_mpi_rank_killed_for_memory_is_named(image, archive_dir, tmp_path):
     one line, not the SDK's traceback, and leaves nothing in the temp dir."""
     code = tmp_path / "code"
     shutil.copytree(os.path.join(ROOT, "app", "example"), code, ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copy(os.path.join(ROOT, "tests", "plugins", "faults.py"), code)
+    for plugin in ("faults.py", "proctree.py"):
+        shutil.copy(os.path.join(ROOT, "tests", "plugins", plugin), code)
     scratch = tmp_path / "tmp"
     scratch.mkdir()
     job = start_job(image, archive_dir, tmp_path / "out", "--source-dir", str(code), "--entry-point", "train.py",

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 
+import proctree
 import torch
 
 from sagemaker_lightning.flavor import package
@@ -17,15 +18,33 @@ pl = package()
 
 
 class KillRank(pl.Callback):
-    """SIGKILL one rank at one step: what the kernel's out-of-memory killer does to a process."""
+    """SIGKILL one rank, as the kernel's out-of-memory killer does to a process (and a lost spot instance to every
+    process of its host): at the start of one step, or inside a write at that step, just before the file `at`
+    (last.ckpt, model.pt) is renamed into place, its content complete under its temporary name."""
 
-    def __init__(self, rank: int = 1, step: int = 2):
-        """rank: the global rank to kill (in a one-process job, the only one); step: at the start of which step."""
-        self.rank, self.step = rank, step
+    def __init__(self, rank: int = 1, step: int = 2, at: str | None = None):
+        """rank: the global rank to kill (in a one-process job, the only one); step: the global step; at: the file
+        whose rename it precedes, or None for the start of the step."""
+        self.rank, self.step, self.at = rank, step, at
+
+    def _here(self, trainer) -> bool:
+        rank = 0 if trainer.world_size == 1 else self.rank
+        return trainer.global_rank == rank and trainer.global_step == self.step
+
+    def setup(self, trainer, pl_module, stage):
+        if self.at is None:
+            return
+        replace = os.replace  # the runtime renames every file it writes with os.replace
+
+        def replace_unless_here(source, target, *args, **kwargs):
+            if os.path.basename(target) == self.at and self._here(trainer):
+                os.kill(os.getpid(), signal.SIGKILL)
+            return replace(source, target, *args, **kwargs)
+
+        os.replace = replace_unless_here
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
-        rank = 0 if trainer.world_size == 1 else self.rank  # the only process of a one-process job
-        if trainer.global_rank == rank and trainer.global_step == self.step:
+        if self.at is None and self._here(trainer):
             os.kill(os.getpid(), signal.SIGKILL)
 
 
@@ -39,29 +58,6 @@ def entrypoint() -> int:
         with open(f"/proc/{pid}/stat") as f:
             pid = int(f.read().rsplit(")", 1)[1].split()[1])  # the parent
     return 1
-
-
-# SageMaker's SIGKILL, `grace` seconds after its SIGTERM: every process of the container (here: the entrypoint's tree)
-REAP = """
-import os, signal, sys, time
-root, grace = int(sys.argv[1]), float(sys.argv[2])
-time.sleep(grace)
-parents = {}
-for name in filter(str.isdigit, os.listdir("/proc")):
-    try:
-        with open(f"/proc/{name}/stat") as f:
-            parents[int(name)] = int(f.read().rsplit(")", 1)[1].split()[1])
-    except OSError:
-        pass
-tree = {root} & parents.keys()
-while more := {p for p, parent in parents.items() if parent in tree} - tree:
-    tree |= more
-for pid in tree - {os.getpid()}:  # this reaper is a child of the trainer that started it
-    try:
-        os.kill(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-"""
 
 
 class StopJob(pl.Callback):
@@ -92,7 +88,7 @@ class StopJob(pl.Callback):
             pid1 = entrypoint()
             os.kill(pid1, signal.SIGTERM)
             if self.grace_s is not None:
-                reaper = [sys.executable, "-c", REAP, str(pid1), str(self.grace_s)]
+                reaper = [sys.executable, proctree.__file__, str(pid1), str(self.grace_s)]
                 subprocess.Popen(reaper, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             # the stop lands in this step or batch: wait until PID 1 has passed it on and this process took it
             deadline = time.monotonic() + 30

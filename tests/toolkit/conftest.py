@@ -9,13 +9,13 @@ import itertools
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import time
 from dataclasses import dataclass
 
 import pytest
+from proctree import kill_tree
 
 import make_dataset
 
@@ -93,25 +93,6 @@ def make_opt_ml(base, hosts, current, hyperparameters, channels, code=None, inte
         os.makedirs(os.path.join(base, d))
     if code:  # local mode's way: the job's source directory where the toolkit finds its code
         shutil.copytree(code, os.path.join(base, "code"), ignore=shutil.ignore_patterns("__pycache__"))
-
-
-def kill_tree(root: int) -> None:
-    """SIGKILL `root` and every process below it (the entrypoint starts the toolkit in a session of its own)."""
-    parents = {}
-    for name in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{name}/stat") as f:
-                parents[int(name)] = int(f.read().rsplit(")", 1)[1].split()[1])
-        except OSError:
-            pass  # ended meanwhile
-    tree = {root}
-    while more := {pid for pid, parent in parents.items() if parent in tree} - tree:
-        tree |= more
-    for pid in tree:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
 
 
 @pytest.fixture

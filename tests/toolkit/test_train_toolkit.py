@@ -346,11 +346,6 @@ def test_smddp_without_the_library_is_named(run_hosts, archive_dir, tiny):
     assert "the job enables SMDDP (smdistributed dataparallel) but this image has no smdistributed" in host.failure
 
 
-PIPELINES = {  # data module hyperparameters
-    "device-resident": {},
-    "DataLoader, no workers": {"data": "CIFAR10DataModule", "data.num_workers": 0},
-    "DataLoader, 2 workers": {"data": "CIFAR10DataModule", "data.num_workers": 2},
-}
 # 2 epochs of 3 steps (of the data's 9, or 4 per rank of two), a validation of 2 batches after each; last.ckpt on
 # each epoch's last batch
 EPOCHS = {
@@ -366,30 +361,56 @@ def final(output: str) -> tuple[str, int]:
     return digest, int(step)
 
 
-@pytest.mark.parametrize("pipeline", PIPELINES)
-def test_a_killed_run_resumes_exactly(run_hosts, archive_dir, tiny, tmp_path, pipeline):
-    """The issue's reproduction: 2 epochs of 6 steps (of the 9 the data has), last.ckpt written on epoch 0's last
-    batch, SIGKILL at the start of step 8, run again: it resumes at step 6 and ends at the uninterrupted run's step
-    with the same weights (it used to skip 6 batches of epoch 1 too, or train on other ones)."""
-    hps = {
-        **tiny,
-        **PIPELINES[pipeline],
-        **EPOCHS,
-        "trainer.limit_train_batches": 6,
-        "last_checkpoint_every_n_steps": 6,
-    }
-    (uninterrupted,) = run_hosts(["localhost"], hps, {"training": archive_dir})
-    expected = final(uninterrupted.output)
-    assert expected[1] == 12, uninterrupted.output[-3000:]
+def resumed(output: str) -> str | None:
+    """The save a run resumed from, as `epoch E step S`, or None for a run that started afresh."""
+    found = re.search(r"resuming at (epoch \d+ step \d+) from last\.ckpt", output)
+    return found and found[1]
 
-    hps = {**hps, "checkpoint.dirpath": str(tmp_path / "checkpoints")}
-    kill = {"trainer.callbacks+": "faults.KillRank", "trainer.callbacks.step": 7}  # init_args of the callback added
-    (killed,) = run_hosts(["localhost"], {**hps, **kill}, {"training": archive_dir}, env={"PYTHONPATH": PLUGINS})
-    assert killed.returncode != 0 and "saved last.ckpt at epoch 0 step 6" in killed.output
-    (resumed,) = run_hosts(["localhost"], hps, {"training": archive_dir})
-    assert resumed.returncode == 0, resumed.output[-3000:]
-    assert "resuming at epoch 0 step 6 from last.ckpt" in resumed.output
-    assert final(resumed.output) == expected
+
+# Real SIGKILLs, one run after another on the same checkpoint directory, each run resuming from what the one before
+# left: (the save it resumes from, where it is killed: KillRank's arguments)
+KILLS = [
+    (None, {"rank": 1, "step": 2}),  # epoch 0's last batch, before any last.ckpt
+    (None, {"rank": 0, "step": 3}),  # epoch 1's first batch, after epoch 0's last.ckpt
+    ("epoch 0 step 3", {"rank": 0, "step": 6, "at": "last.ckpt"}),  # inside the write of last.ckpt, before its rename
+    ("epoch 0 step 3", {"rank": 0, "step": 6, "at": "model.pt"}),  # between the export's renames
+]
+
+
+@pytest.mark.parametrize(
+    "hosts, pipeline",
+    [(["localhost"], {"data": "CIFAR10DataModule", "data.num_workers": 2}), (["localhost", "127.0.0.1"], {})],
+    ids=["one host, DataLoader workers", "two hosts"],
+)
+def test_real_sigkills_at_an_epochs_edges_and_inside_the_writes(
+    run_hosts, archive_dir, tiny, tmp_path, hosts, pipeline
+):
+    """SIGKILL of a real training process (on two hosts, of one rank: the other fails) at an epoch's last and first
+    batch, inside last.ckpt's write before its rename, and between the export's two renames. Each rerun resumes from
+    the newest complete save (a write cut short leaves the one before it, and its hidden partial file, which a later
+    save replaces); the export cut short leaves config.yaml but no model.pt; the last rerun ends at the uninterrupted
+    run's step with the same weights, and nothing partial is left."""
+    data, hps = {"training": archive_dir}, {**tiny, **pipeline, **EPOCHS, "dist_timeout": 60}
+    uninterrupted = run_hosts(hosts, hps, data)
+    assert all(h.returncode == 0 for h in uninterrupted), uninterrupted[0].output[-3000:]
+    expected = final(uninterrupted[0].output)
+    assert expected[1] == 6
+
+    hps["checkpoint.dirpath"] = checkpoints = str(tmp_path / "checkpoints")  # every host's, as S3 syncs it
+    for start, kill in KILLS:
+        fault = {"trainer.callbacks+": "faults.KillRank", **{f"trainer.callbacks.{k}": v for k, v in kill.items()}}
+        killed = run_hosts(hosts, {**hps, **fault}, data, env={"PYTHONPATH": PLUGINS})
+        assert all(h.returncode != 0 for h in killed), killed[0].output[-3000:]
+        assert resumed(killed[0].output) == start, (kill, killed[0].output[-3000:])
+    model = killed[0].path("model")
+    assert sorted(os.listdir(model)) == [".model.pt.partial", "config.yaml"]  # no model.pt: the export is not done
+
+    rerun = run_hosts(hosts, hps, data)
+    assert all(h.returncode == 0 for h in rerun), rerun[0].output[-3000:]
+    assert resumed(rerun[0].output) == "epoch 1 step 6"
+    assert final(rerun[0].output) == expected and all(final(h.output) == expected for h in rerun)
+    assert sorted(os.listdir(rerun[0].path("model"))) == ["config.yaml", "model.pt"]
+    assert not [n for n in os.listdir(checkpoints) if n.endswith(".partial")]
 
 
 def test_two_hosts_resume_exactly_after_sigterm_and_sigkill(run_hosts, archive_dir, tiny, tmp_path, aws):
@@ -400,8 +421,8 @@ def test_two_hosts_resume_exactly_after_sigterm_and_sigkill(run_hosts, archive_d
     the grace period, shortened to 20 s, after which the host is SIGKILLed as SageMaker does: both stop after that
     batch, with step 3's last.ckpt, and exit 143 within the grace (they used to finish the validation first, and were
     killed); run again, the second host's first read of last.ckpt failing once (as S3 throttling does): it is read
-    again, not skipped, and both resume from the checkpoint rank 0 chose; then SIGKILL of rank 0 at the start of
-    epoch 1 (rank 1 fails), run again: each rerun ends at the uninterrupted run's step with the same weights."""
+    again, not skipped, and both resume from the checkpoint rank 0 chose, ending at the uninterrupted run's step with
+    the same weights."""
     hosts, data = ["localhost", "127.0.0.1"], {"training": archive_dir}
     hps = {
         **tiny,
@@ -437,13 +458,4 @@ def test_two_hosts_resume_exactly_after_sigterm_and_sigkill(run_hosts, archive_d
         -1
     ]  # at step 3, in the validation
     assert f"resuming at {saved} from last.ckpt" in resumed[0].output
-    assert final(resumed[0].output) == final(resumed[1].output) == expected
-
-    hps = {**hps, "checkpoint.dirpath": str(tmp_path / "checkpoints-2")}
-    kill = {"trainer.callbacks+": "faults.KillRank", "trainer.callbacks.rank": 0, "trainer.callbacks.step": 4}
-    killed = run_hosts(hosts, {**hps, **kill}, data, env={"PYTHONPATH": PLUGINS})
-    assert killed[0].returncode != 0 and killed[1].returncode != 0
-    resumed = run_hosts(hosts, hps, data)
-    assert [h.returncode for h in resumed] == [0, 0], resumed[0].output[-3000:]
-    assert "resuming at epoch 0 step 3 from last.ckpt" in resumed[0].output
     assert final(resumed[0].output) == final(resumed[1].output) == expected
