@@ -146,6 +146,7 @@ def measure(train_args: list[str], warmup: int, steps: int, started: float, mode
     device = cli.trainer.strategy.root_device
     return {
         "images_per_s": meter.images / meter.seconds,
+        "images": meter.images,  # in the timed steps, every rank's
         "first_step_s": meter.first_step_s,
         "peak_host_mib": peak_rss_mib(),
         "peak_device_mib": torch.cuda.max_memory_allocated(device) / 2**20 if device.type == "cuda" else None,
