@@ -54,16 +54,28 @@ def archive_dir(tmp_path_factory) -> str:
     return out
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def _ports():
+    """TCP ports below the kernel's ephemeral range, each free when handed out and never handed out twice: the
+    kernel gives no port of this range to a bind to port 0 or to an outgoing connection (gloo's, a client's), so
+    none is taken between the check here and the bind of the job or server it is for. The start differs per
+    process, so that two test runs on one machine do not walk the same ports."""
+    with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+        ephemeral = int(f.read().split()[0])
+    low = 10000 if ephemeral > 11000 else 1024
+    start = low + os.getpid() % (ephemeral - low)
+    for port in [*range(start, ephemeral), *range(low, start)]:
+        with socket.socket() as s:
+            try:
+                s.bind(("0.0.0.0", port))
+            except OSError:
+                continue  # in use
+        yield port
 
 
 @pytest.fixture(scope="session")
 def free_port():
     """A function that returns a TCP port free on this machine."""
-    return _free_port
+    return _ports().__next__
 
 
 def _wait_until_up(server: subprocess.Popen, url: str, timeout_s: float) -> None:

@@ -10,7 +10,6 @@ import os
 import re
 import subprocess
 import tarfile
-import time
 
 import pytest
 import torch
@@ -82,14 +81,12 @@ def test_fsdp_on_two_local_mode_hosts_exports_and_resumes_exactly_after_sigkill_
     assert f"step {step} from last.ckpt" in lines[-1]  # where the last save left it
     lines += read_until(job, rf"saved last\.ckpt at epoch \d step (?!{step}\b)\d+")  # a save of its own
     stopping = containers(image)
-    started = time.monotonic()
+    # SageMaker's grace: a container still running after it is SIGKILLed (137), so 143 says it ended within it
     subprocess.run(["docker", "stop", "--time", "120", *stopping], check=True, capture_output=True)
-    stop_seconds = time.monotonic() - started
     output = finish(job, lines)
     assert "stopped by SIGTERM (StopTrainingJob or a spot interruption) after saving last.ckpt" in output, output[
         -8000:
     ]
-    assert stop_seconds < 60
     stopped_at = saved(output)  # the save SIGTERM made
     codes = subprocess.run(
         ["docker", "inspect", "-f", "{{.State.ExitCode}}", *stopping], capture_output=True, text=True
