@@ -30,17 +30,19 @@ ENTRYPOINT = [
 ]
 
 
+TINY = {  # hyperparameters small enough for 2 CPU cores: batch 16, two steps, one validation batch
+    "trainer.max_epochs": "1",
+    "trainer.limit_train_batches": "2",
+    "trainer.limit_val_batches": "1",
+    "trainer.enable_progress_bar": "False",
+    "trainer.precision": "32-true",
+    "data.batch_size": "16",
+}
+
+
 @pytest.fixture
 def tiny() -> dict[str, str]:
-    """Hyperparameters small enough for 2 CPU cores: batch 16, two steps, one validation batch."""
-    return {
-        "trainer.max_epochs": "1",
-        "trainer.limit_train_batches": "2",
-        "trainer.limit_val_batches": "1",
-        "trainer.enable_progress_bar": "False",
-        "trainer.precision": "32-true",
-        "data.batch_size": "16",
-    }
+    return dict(TINY)
 
 
 @dataclass
@@ -95,44 +97,52 @@ def make_opt_ml(base, hosts, current, hyperparameters, channels, code=None, inte
         shutil.copytree(code, os.path.join(base, "code"), ignore=shutil.ignore_patterns("__pycache__"))
 
 
+def run_job(root, port: int, hosts, hyperparameters, channels, current_hosts=None, env=None, code=None, timeout=300):
+    """Run the entrypoint and `train` for each host of one job (under `root`) at the same time; return what each did."""
+    procs = []
+    for i, current in enumerate(current_hosts or hosts):
+        base = os.path.join(root, f"host{i}")
+        make_opt_ml(base, hosts, current, hyperparameters, channels, code)
+        # a job's requirements.txt installs into the host's own folder, as into its container: not this venv
+        site = os.path.join(base, "site-packages")
+        paths = [site, (env or {}).get("PYTHONPATH"), os.environ.get("PYTHONPATH")]
+        proc_env = {
+            **os.environ,
+            "SAGEMAKER_BASE_DIR": base,
+            "SAGEMAKER_LIGHTNING_EXAMPLE": EXAMPLE,
+            "SAGEMAKER_LIGHTNING_RUN_DIR": os.path.join(base, "run"),
+            "MASTER_PORT": str(port),
+            **(env or {}),
+            "PIP_TARGET": site,
+            "PYTHONPATH": os.pathsep.join(filter(None, paths)),
+        }
+        popen = subprocess.Popen(ENTRYPOINT, env=proc_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        procs.append((base, time.monotonic(), popen))
+    results = []
+    try:
+        for base, start, proc in procs:
+            output, _ = proc.communicate(timeout=timeout)
+            results.append(Host(base, proc.returncode, output, time.monotonic() - start))
+    finally:  # a timeout (or any error here) leaves no host running into the next test
+        for _, _, proc in procs:
+            if proc.poll() is None:
+                kill_tree(proc.pid)
+                proc.communicate()
+    return results
+
+
 @pytest.fixture
 def run_hosts(tmp_path, free_port):
-    """Run the entrypoint and `train` for each host of one job at the same time; return what each did."""
-
+    """run_job for a test: each job under a folder of its own in the test's temporary folder."""
     jobs = itertools.count()
+    return lambda *args, **kwargs: run_job(tmp_path / f"job{next(jobs)}", free_port(), *args, **kwargs)
 
-    def run(hosts, hyperparameters, channels, current_hosts=None, env=None, code=None, timeout=300) -> list[Host]:
-        port, procs, job = str(free_port()), [], next(jobs)
-        for i, current in enumerate(current_hosts or hosts):
-            base = str(tmp_path / f"job{job}" / f"host{i}")
-            make_opt_ml(base, hosts, current, hyperparameters, channels, code)
-            # a job's requirements.txt installs into the host's own folder, as into its container: not this venv
-            site = os.path.join(base, "site-packages")
-            paths = [site, (env or {}).get("PYTHONPATH"), os.environ.get("PYTHONPATH")]
-            proc_env = {
-                **os.environ,
-                "SAGEMAKER_BASE_DIR": base,
-                "SAGEMAKER_LIGHTNING_EXAMPLE": EXAMPLE,
-                "SAGEMAKER_LIGHTNING_RUN_DIR": os.path.join(base, "run"),
-                "MASTER_PORT": port,
-                **(env or {}),
-                "PIP_TARGET": site,
-                "PYTHONPATH": os.pathsep.join(filter(None, paths)),
-            }
-            popen = subprocess.Popen(
-                ENTRYPOINT, env=proc_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-            )
-            procs.append((base, time.monotonic(), popen))
-        results = []
-        try:
-            for base, start, proc in procs:
-                output, _ = proc.communicate(timeout=timeout)
-                results.append(Host(base, proc.returncode, output, time.monotonic() - start))
-        finally:  # a timeout (or any error here) leaves no host running into the next test
-            for _, _, proc in procs:
-                if proc.poll() is None:
-                    kill_tree(proc.pid)
-                    proc.communicate()
-        return results
 
-    return run
+@pytest.fixture(scope="session")
+def tiny_job(tmp_path_factory, free_port, archive_dir) -> Host:
+    """The tiny one-host job, run once a session. test_one_host_trains_and_exports checks what it did; its seconds
+    are what the "fails fast" bounds are relative to, measured under the same load: a job that fails before it trains
+    ends within twice the time of one that trains and exports (a fixed bound would not hold on a slower or busier
+    machine, nor be tight on a fast one)."""
+    (host,) = run_job(tmp_path_factory.mktemp("tiny"), free_port(), ["localhost"], TINY, {"training": archive_dir})
+    return host
