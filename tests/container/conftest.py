@@ -13,6 +13,7 @@ import sys
 import bcrypt
 import certifi
 import pytest
+from compose_jobs import remove_containers
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 IMAGE = "sagemaker-lightning:test"
@@ -100,17 +101,7 @@ def image(tmp_path_factory, make) -> str:
         "build", "FLAVOR=pypi", f"IMAGE={name}", f"TAG={tag}", f"PIP_CA_BUNDLE={bundle}", capture_output=True, text=True
     )
     assert build.returncode == 0, build.stdout[-5000:] + build.stderr[-5000:]
-    yield IMAGE
-    remove_containers(IMAGE)
-
-
-def remove_containers(image: str) -> None:
-    """Local mode never removes its containers."""
-    ids = subprocess.run(
-        ["docker", "ps", "-aq", "--filter", f"ancestor={image}"], capture_output=True, text=True
-    ).stdout.split()
-    if ids:
-        subprocess.run(["docker", "rm", "-f", *ids], capture_output=True)
+    return IMAGE
 
 
 @pytest.fixture
@@ -119,7 +110,8 @@ def local_job(image, tmp_path):
 
     def run(instance_count: int, data_dir: str, *words: str, sdk: str = "v2", env: dict | None = None):
         """words: run_sagemaker.py options and key=value hyperparameters; sdk: which venv's SDK runs it."""
-        out = tmp_path / "runs"
+        out, env = tmp_path / "runs", {"TMPDIR": str(tmp_path / "tmp"), **(env or {})}  # compose_jobs says why
+        os.makedirs(env["TMPDIR"], exist_ok=True)
         python = sys.executable if sdk == "v2" else os.path.join(ROOT, ".venv-sdk3", "bin", "python")
         cmd = [
             python,
@@ -136,8 +128,10 @@ def local_job(image, tmp_path):
             str(out),
             *words,
         ]
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env={**os.environ, **(env or {})})
-        remove_containers(image)
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env={**os.environ, **env})
+        finally:
+            remove_containers(env["TMPDIR"])
         output = re.sub(r"\x1b\[[0-9;]*m", "", proc.stdout + proc.stderr).replace("\r", "")
         return proc.returncode, output, out
 

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 
 import pytest
 import torch
+from compose_jobs import containers, remove_containers
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -35,29 +36,25 @@ def clean(line: str) -> str:
     return re.sub(r"\x1b\[[0-9;]*m", "", line).replace("\r", "")
 
 
-def containers(image: str) -> list[str]:
-    return subprocess.run(
-        ["docker", "ps", "-q", "--filter", f"ancestor={image}"], capture_output=True, text=True
-    ).stdout.split()
-
-
 STARTED: list[subprocess.Popen] = []  # this test's jobs (start_job)
 
 
 @pytest.fixture(autouse=True)
-def no_job_left(request):
-    """A test that fails leaves none of its jobs or their containers to the next test."""
+def no_job_left():
+    """A test, passed or failed, leaves none of its jobs or their containers (and touches no other's)."""
     STARTED.clear()
     yield
     for proc in STARTED:
         if proc.poll() is None:
             proc.kill()
             proc.communicate()
-    if "image" in request.fixturenames and (left := containers(request.getfixturevalue("image"))):
-        subprocess.run(["docker", "rm", "-f", *left], capture_output=True)
+        remove_containers(proc.scratch)
 
 
 def start_job(image, data_dir, output, *words, sdk: str = "v2", env: dict | None = None) -> subprocess.Popen:
+    """run_sagemaker.py in local mode, in the background; its containers: compose_jobs.containers(job.scratch)."""
+    env = {"TMPDIR": f"{output}.tmp", **(env or {})}  # the job's own (compose_jobs)
+    os.makedirs(env["TMPDIR"], exist_ok=True)
     cmd = [
         sys.executable if sdk == "v2" else os.path.join(ROOT, ".venv-sdk3", "bin", "python"),
         os.path.join(ROOT, "scripts", "run_sagemaker.py"),
@@ -71,9 +68,8 @@ def start_job(image, data_dir, output, *words, sdk: str = "v2", env: dict | None
         str(output),
         *words,
     ]
-    proc = subprocess.Popen(
-        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env={**os.environ, **(env or {})}
-    )
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env={**os.environ, **env})
+    proc.scratch = env["TMPDIR"]
     STARTED.append(proc)
     return proc
 
@@ -93,6 +89,23 @@ def finish(proc: subprocess.Popen, lines: list[str]) -> str:
     lines += [clean(line) for line in proc.stdout]
     proc.wait(timeout=300)
     return "".join(lines)
+
+
+def job_code(tmp_path) -> str:
+    """The example with the tests' faults beside it, as a job's own code (--source-dir)."""
+    code = tmp_path / "code"
+    if not code.exists():
+        shutil.copytree(os.path.join(ROOT, "app", "example"), code, ignore=shutil.ignore_patterns("__pycache__"))
+        for plugin in ("faults.py", "proctree.py"):
+            shutil.copy(os.path.join(ROOT, "tests", "plugins", plugin), code)
+    return str(code)
+
+
+def paced(tmp_path, step: int) -> tuple[list[str], list[str]]:
+    """run_sagemaker.py's options and hyperparameters (the last words) for a job whose steps from `step` on last a
+    second at least (faults.Pace), so that a test's kill or stop at a step before it lands while the job trains."""
+    code = ["--source-dir", job_code(tmp_path), "--entry-point", "train.py"]
+    return code, ["trainer.callbacks+=faults.Pace", f"trainer.callbacks.step={step}"]
 
 
 def partial_files(directory) -> list[str]:
@@ -128,9 +141,10 @@ def test_a_killed_job_resumes_where_its_last_checkpoint_left_it(image, archive_d
     assert expected[1] == 12
 
     ckpts = tmp_path / "ckpts"
-    first = start_job(image, archive_dir, tmp_path / "b", "--checkpoints", str(ckpts), *RESUMABLE)
+    code, pace = paced(tmp_path, 4)
+    first = start_job(image, archive_dir, tmp_path / "b", "--checkpoints", str(ckpts), *code, *RESUMABLE, *pace)
     lines = read_until(first, r"saved last\.ckpt at epoch 0 step 4")
-    subprocess.run(["docker", "kill", *containers(image)], check=True, capture_output=True)
+    subprocess.run(["docker", "kill", *containers(first.scratch)], check=True, capture_output=True)
     finish(first, lines)
     assert first.returncode != 0
     saved = sorted(p for p in os.listdir(ckpts) if p.endswith(".ckpt") and not p.startswith("."))
@@ -153,18 +167,11 @@ def test_sigterm_saves_a_checkpoint_at_the_step_reached(image, archive_dir, tmp_
     training processes reached, written before the container exits, inside SageMaker's 120 s."""
     ckpts = tmp_path / "ckpts"
     words = [w for w in RESUMABLE if not w.startswith(("last_checkpoint", "trainer.limit_train"))]
-    job = start_job(
-        image,
-        archive_dir,
-        tmp_path / "out",
-        "--checkpoints",
-        str(ckpts),
-        *words,
-        "trainer.limit_train_batches=100",
-        "last_checkpoint_every_n_steps=3",
-    )
+    code, pace = paced(tmp_path, 3)
+    job = start_job(image, archive_dir, tmp_path / "out", "--checkpoints", str(ckpts), *code, *words, *pace,
+                    "trainer.limit_train_batches=100", "last_checkpoint_every_n_steps=3")  # fmt: skip
     lines = read_until(job, r"saved last\.ckpt at epoch 0 step 3")
-    (container,) = containers(image)
+    (container,) = containers(job.scratch)
     # SageMaker's grace: a container still running after it is SIGKILLed (137), so 143 says it ended within it
     subprocess.run(["docker", "stop", "--time", "120", container], check=True, capture_output=True)
     output = finish(job, lines)
@@ -177,10 +184,11 @@ def test_docker_stop_of_an_mpi_job_leaves_a_complete_checkpoint(image, archive_d
     ckpts = tmp_path / "ckpts"
     words = [w for w in RESUMABLE if not w.startswith(("last_checkpoint", "trainer.limit_train"))]
     mpi = ["--distribution", "mpi", "--processes-per-host", "2"]
-    job = start_job(image, archive_dir, tmp_path / "out", "--checkpoints", str(ckpts), *mpi, *words,
+    code, pace = paced(tmp_path, 3)
+    job = start_job(image, archive_dir, tmp_path / "out", "--checkpoints", str(ckpts), *mpi, *code, *words, *pace,
                     "trainer.limit_train_batches=100", "last_checkpoint_every_n_steps=3")  # fmt: skip
     lines = read_until(job, r"saved last\.ckpt at epoch 0 step 3")
-    (container,) = containers(image)
+    (container,) = containers(job.scratch)
     subprocess.run(["docker", "stop", "--time", "120", container], check=True, capture_output=True)
     output = finish(job, lines)
     assert stopped_with_checkpoint(output, ckpts, container) > 3
@@ -192,13 +200,10 @@ def test_an_mpi_rank_killed_for_memory_is_named(image, archive_dir, tmp_path):
     failure line names rank 1, its host and the fix, from mpirun's own report. Before: the job's framework
     hyperparameters were encoded twice with --source-dir, and mpirun took '""' for the program. The client ends with
     one line, not the SDK's traceback, and leaves nothing in the temp dir."""
-    code = tmp_path / "code"
-    shutil.copytree(os.path.join(ROOT, "app", "example"), code, ignore=shutil.ignore_patterns("__pycache__"))
-    for plugin in ("faults.py", "proctree.py"):
-        shutil.copy(os.path.join(ROOT, "tests", "plugins", plugin), code)
+    code = job_code(tmp_path)
     scratch = tmp_path / "tmp"
     scratch.mkdir()
-    job = start_job(image, archive_dir, tmp_path / "out", "--source-dir", str(code), "--entry-point", "train.py",
+    job = start_job(image, archive_dir, tmp_path / "out", "--source-dir", code, "--entry-point", "train.py",
                     "--distribution", "mpi", "--processes-per-host", "2", *RESUMABLE,
                     "trainer.callbacks+=faults.KillRank", "dist_timeout=60", env={"TMPDIR": str(scratch)})  # fmt: skip
     output = finish(job, [])
@@ -341,7 +346,7 @@ def test_an_sdk3_source_code_job_stopped_as_spot_stops_it_resumes_exactly(image,
     lines = read_until(first, r"saved last\.ckpt at epoch 0 step 4")
     assert any("no SIGTERM reaches the training processes (PID 1 is SDK 3.x's driver" in line and
                "last.ckpt every 4 steps bounds it" in line for line in lines), "".join(lines[-30:])  # fmt: skip
-    subprocess.run(["docker", "stop", "--time", "1", *containers(image)], check=True, capture_output=True)
+    subprocess.run(["docker", "stop", "--time", "1", *containers(first.scratch)], check=True, capture_output=True)
     finish(first, lines)
     saved = torch.load(ckpts / "last.ckpt", map_location="cpu", weights_only=False)["global_step"]
     assert 4 <= saved < 24

@@ -13,7 +13,8 @@ import tarfile
 
 import pytest
 import torch
-from test_reliability import containers, finish, read_until, start_job
+from compose_jobs import containers
+from test_reliability import finish, paced, read_until, start_job
 
 from model import ImageClassifier
 from sagemaker_lightning import sharded_checkpoints
@@ -67,20 +68,22 @@ def test_fsdp_on_two_local_mode_hosts_exports_and_resumes_exactly_after_sigkill_
     assert weights_digest(ImageClassifier.from_model_dir(str(tmp_path / "model"))) == expected  # the plain model
 
     ckpts = tmp_path / "ckpts"  # a mounted channel: one directory for both hosts
-    job = start_job(image, archive_dir, tmp_path / "b", "--checkpoints", str(ckpts), *FSDP)
+    code, pace = paced(tmp_path, 4)
+    job = start_job(image, archive_dir, tmp_path / "b", "--checkpoints", str(ckpts), *code, *FSDP, *pace)
     lines = read_until(job, r"saved last\.ckpt at epoch 0 step 4")
-    subprocess.run(["docker", "kill", *containers(image)], check=True, capture_output=True)
+    subprocess.run(["docker", "kill", *containers(job.scratch)], check=True, capture_output=True)
     finish(job, lines)
     assert job.returncode != 0
     save, _ = sharded_checkpoints.newest_complete(ckpts / "last.ckpt")
     step = torch.load(save / sharded_checkpoints.META, weights_only=False)["global_step"]
     assert 4 <= step < 12
 
-    job = start_job(image, archive_dir, tmp_path / "c", "--checkpoints", str(ckpts), *FSDP)
+    code, pace = paced(tmp_path, 0)
+    job = start_job(image, archive_dir, tmp_path / "c", "--checkpoints", str(ckpts), *code, *FSDP, *pace)
     lines = read_until(job, r"resuming at epoch \d step \d+")
     assert f"step {step} from last.ckpt" in lines[-1]  # where the last save left it
     lines += read_until(job, rf"saved last\.ckpt at epoch \d step (?!{step}\b)\d+")  # a save of its own
-    stopping = containers(image)
+    stopping = containers(job.scratch)
     # SageMaker's grace: a container still running after it is SIGKILLed (137), so 143 says it ended within it
     subprocess.run(["docker", "stop", "--time", "120", *stopping], check=True, capture_output=True)
     output = finish(job, lines)
