@@ -1,13 +1,15 @@
-"""The containers of one local-mode job, and their removal (local mode never removes them). A job is known by its
-temporary folder: the SDK makes the folders it mounts into the containers (config, model, output) under TMPDIR, so
-giving each job a TMPDIR of its own tells its containers from those of another test or another run on the machine."""
+"""The containers of one local-mode job, and their removal (local mode never removes them). A job is known by a
+folder of its own that holds every folder the SDK mounts into its containers (config, model, output): SDK 2.x makes
+them under TMPDIR, SDK 3.x under the job's output folder. So the containers of one test's jobs are told from those
+of another test, or of another run on the machine.
+"""
 
 import os
 import subprocess
 
 
-def containers(scratch, stopped: bool = False) -> list[str]:
-    """The running containers (with `stopped`: all) of the job whose TMPDIR was `scratch`."""
+def containers(folder, stopped: bool = False) -> list[str]:
+    """The running containers (with `stopped`: all) whose mounts lie in `folder`."""
     ids = subprocess.run(["docker", "ps", "-q", *(["-a"] if stopped else [])], capture_output=True, text=True)
     if not ids.stdout.split():
         return []
@@ -16,7 +18,7 @@ def containers(scratch, stopped: bool = False) -> list[str]:
         capture_output=True,
         text=True,
     )
-    inside = os.path.join(str(scratch), "")
+    inside = os.path.join(str(folder), "")
     return [
         c[:12]
         for c, *sources in map(str.split, mounts.stdout.splitlines())
@@ -24,6 +26,6 @@ def containers(scratch, stopped: bool = False) -> list[str]:
     ]
 
 
-def remove_containers(scratch) -> None:
-    if ids := containers(scratch, stopped=True):
+def remove_containers(folder) -> None:
+    if ids := containers(folder, stopped=True):
         subprocess.run(["docker", "rm", "-f", *ids], capture_output=True)

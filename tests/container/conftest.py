@@ -110,7 +110,7 @@ def local_job(image, tmp_path):
 
     def run(instance_count: int, data_dir: str, *words: str, sdk: str = "v2", env: dict | None = None):
         """words: run_sagemaker.py options and key=value hyperparameters; sdk: which venv's SDK runs it."""
-        out, env = tmp_path / "runs", {"TMPDIR": str(tmp_path / "tmp"), **(env or {})}  # compose_jobs says why
+        out, env = tmp_path / "runs", {"TMPDIR": str(tmp_path / "tmp"), **(env or {})}  # the test's own (compose_jobs)
         os.makedirs(env["TMPDIR"], exist_ok=True)
         python = sys.executable if sdk == "v2" else os.path.join(ROOT, ".venv-sdk3", "bin", "python")
         cmd = [
@@ -131,7 +131,7 @@ def local_job(image, tmp_path):
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env={**os.environ, **env})
         finally:
-            remove_containers(env["TMPDIR"])
+            remove_containers(tmp_path)
         output = re.sub(r"\x1b\[[0-9;]*m", "", proc.stdout + proc.stderr).replace("\r", "")
         return proc.returncode, output, out
 

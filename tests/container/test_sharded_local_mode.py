@@ -71,7 +71,7 @@ def test_fsdp_on_two_local_mode_hosts_exports_and_resumes_exactly_after_sigkill_
     code, pace = paced(tmp_path, 4)
     job = start_job(image, archive_dir, tmp_path / "b", "--checkpoints", str(ckpts), *code, *FSDP, *pace)
     lines = read_until(job, r"saved last\.ckpt at epoch 0 step 4")
-    subprocess.run(["docker", "kill", *containers(job.scratch)], check=True, capture_output=True)
+    subprocess.run(["docker", "kill", *containers(job.folder)], check=True, capture_output=True)
     finish(job, lines)
     assert job.returncode != 0
     save, _ = sharded_checkpoints.newest_complete(ckpts / "last.ckpt")
@@ -83,7 +83,7 @@ def test_fsdp_on_two_local_mode_hosts_exports_and_resumes_exactly_after_sigkill_
     lines = read_until(job, r"resuming at epoch \d step \d+")
     assert f"step {step} from last.ckpt" in lines[-1]  # where the last save left it
     lines += read_until(job, rf"saved last\.ckpt at epoch \d step (?!{step}\b)\d+")  # a save of its own
-    stopping = containers(job.scratch)
+    stopping = containers(job.folder)
     # SageMaker's grace: a container still running after it is SIGKILLed (137), so 143 says it ended within it
     subprocess.run(["docker", "stop", "--time", "120", *stopping], check=True, capture_output=True)
     output = finish(job, lines)
