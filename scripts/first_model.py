@@ -1,0 +1,88 @@
+"""How long a newcomer waits for the first trained model: a fresh clone of this repository's HEAD in a temporary
+folder, then the README's quick start, each phase timed: `make install` (the host's virtual environments),
+`make image` (the pypi flavor, built without Docker's layer cache: as on a machine that holds no image of it yet),
+`make demo` (2 local-mode CPU containers), and the image rebuilt after a one-line change to app/example/model.py.
+It prints each phase's seconds, the total from clone to model.tar.gz, the machine, and what was warm: the base image
+(pulled or made by `make debian-base` when missing, timed within the image phase) and the build's pip cache mount,
+which --no-cache leaves in place (`docker builder prune --filter type=exec.cachemount` empties it first).
+
+    python scripts/first_model.py            # about 10 minutes on 2 cores; the image is removed afterwards
+    python scripts/first_model.py --keep     # keeps the clone and the image, and says where
+"""
+
+import argparse
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+IMAGE, TAG = "sagemaker-lightning-first-model", "measure"  # not the name a user builds: that one is left alone
+PYPI_BASE, DEBIAN_BASE = "python:3.11-slim-bookworm", "sagemaker-lightning-base:bookworm"  # the Makefile's
+
+
+def timed(phases: dict, name: str, command: list[str], cwd: str) -> str:
+    """Run `command`, its output to the terminal's stderr as well as kept; record its seconds under `name`."""
+    print(f"== {name}: {' '.join(command)}", file=sys.stderr, flush=True)
+    start = time.monotonic()
+    done = subprocess.run(command, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    phases[name] = time.monotonic() - start
+    sys.stderr.write(done.stdout[-3000:])
+    if done.returncode != 0:
+        raise SystemExit(f"error: {name} failed (exit {done.returncode}) after {phases[name]:.0f} s; its output above")
+    return done.stdout
+
+
+def present(image: str) -> bool:
+    return subprocess.run(["docker", "image", "inspect", image], capture_output=True).returncode == 0
+
+
+def machine() -> str:
+    with open("/proc/cpuinfo") as f:
+        cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), platform.machine())
+    docker = subprocess.run(["docker", "version", "-f", "{{.Server.Version}}"], capture_output=True, text=True)
+    return f"{cpu}, {len(os.sched_getaffinity(0))} cores; Docker {docker.stdout.strip() or '?'}"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--keep", action="store_true", help="keep the clone and the image")
+    args = parser.parse_args()
+    if present(f"{IMAGE}:{TAG}"):
+        subprocess.run(["docker", "rmi", "-f", f"{IMAGE}:{TAG}"], capture_output=True, check=True)
+    warm = [b for b in (PYPI_BASE, DEBIAN_BASE) if present(b)]
+    folder = tempfile.mkdtemp(prefix="first-model-")
+    clone, image = os.path.join(folder, "sagemaker-lightning"), [f"IMAGE={IMAGE}", f"TAG={TAG}"]
+    phases: dict[str, float] = {}
+    try:
+        timed(phases, "clone", ["git", "clone", "-q", ROOT, clone], folder)
+        timed(phases, "install", ["make", "install"], clone)
+        timed(phases, "image", ["make", "image", *image, "BUILD_ARGS=--no-cache"], clone)
+        output = timed(phases, "demo", ["make", "demo", *image], clone)
+        model = next((line for line in output.splitlines() if line.startswith("model.tar.gz: ")), None)
+        if model is None:
+            raise SystemExit("error: the demo printed no model.tar.gz line; its output above")
+        with open(os.path.join(clone, "app", "example", "model.py"), "a") as f:
+            f.write("# a one-line change\n")
+        timed(phases, "rebuild", ["make", "build", "FLAVOR=pypi", *image], clone)
+    finally:
+        if not args.keep:
+            shutil.rmtree(folder, ignore_errors=True)
+            subprocess.run(["docker", "rmi", "-f", f"{IMAGE}:{TAG}"], capture_output=True)
+    total = sum(phases[p] for p in ("clone", "install", "image", "demo"))
+    print(f"date: {time.strftime('%Y-%m-%d')}; {machine()}")
+    print(f"warm before the run: base image {', '.join(warm) or 'none'}; the build's pip cache mount as it was")
+    for name, seconds in phases.items():
+        print(f"{name:<8} {seconds:7.1f} s")
+    print(f"{model}\nfirst model: {total:.0f} s from git clone (clone, install, image, demo); rebuild after a one-line "
+          f"change to app/example/model.py: {phases['rebuild']:.0f} s")  # fmt: skip
+    if args.keep:
+        print(f"kept: {clone}, {IMAGE}:{TAG}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
