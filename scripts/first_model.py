@@ -3,8 +3,9 @@ folder, then the README's quick start, each phase timed: `make install` (the hos
 `make image` (the pypi flavor, built without Docker's layer cache: as on a machine that holds no image of it yet),
 `make demo` (2 local-mode CPU containers), and the image rebuilt after a one-line change to app/example/model.py.
 It prints each phase's seconds, the total from clone to model.tar.gz, the machine, and what was warm: the base image
-(pulled or made by `make debian-base` when missing, timed within the image phase) and the build's pip cache mount,
-which --no-cache leaves in place (`docker builder prune --filter type=exec.cachemount` empties it first).
+(pulled or made by `make debian-base` when missing, timed within the image phase) and pip's caches, the host's
+(~/.cache/pip) and the build's cache mount, which --no-cache leaves in place (`pip cache purge` and
+`docker builder prune --filter type=exec.cachemount` empty them first).
 
     python scripts/first_model.py            # about 10 minutes on 2 cores; the image is removed afterwards
     python scripts/first_model.py --keep     # keeps the clone and the image, and says where
@@ -74,7 +75,9 @@ def main() -> int:
             subprocess.run(["docker", "rmi", "-f", f"{IMAGE}:{TAG}"], capture_output=True)
     total = sum(phases[p] for p in ("clone", "install", "image", "demo"))
     print(f"date: {time.strftime('%Y-%m-%d')}; {machine()}")
-    print(f"warm before the run: base image {', '.join(warm) or 'none'}; the build's pip cache mount as it was")
+    print(
+        f"warm before the run: base image {', '.join(warm) or 'none'}; pip's caches (the host's, the build's) as they were"
+    )
     for name, seconds in phases.items():
         print(f"{name:<8} {seconds:7.1f} s")
     print(f"{model}\nfirst model: {total:.0f} s from git clone (clone, install, image, demo); rebuild after a one-line "
