@@ -37,8 +37,17 @@ def timed(phases: dict, name: str, command: list[str], cwd: str) -> str:
     return done.stdout
 
 
-def present(image: str) -> bool:
-    return subprocess.run(["docker", "image", "inspect", image], capture_output=True).returncode == 0
+def remove(image: str) -> None:
+    """The image and the containers made from it (local mode leaves its containers): both are this script's own."""
+    ids = subprocess.run(["docker", "ps", "-aq", "--filter", f"ancestor={image}"], capture_output=True, text=True)
+    if ids.stdout.split():
+        subprocess.run(["docker", "rm", "-f", *ids.stdout.split()], capture_output=True)
+    subprocess.run(["docker", "rmi", "-f", image], capture_output=True)
+
+
+def image_id(image: str) -> str | None:
+    found = subprocess.run(["docker", "image", "inspect", "-f", "{{.Id}}", image], capture_output=True, text=True)
+    return found.stdout.strip() if found.returncode == 0 else None
 
 
 def machine() -> str:
@@ -52,9 +61,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--keep", action="store_true", help="keep the clone and the image")
     args = parser.parse_args()
-    if present(f"{IMAGE}:{TAG}"):
-        subprocess.run(["docker", "rmi", "-f", f"{IMAGE}:{TAG}"], capture_output=True, check=True)
-    warm = [b for b in (PYPI_BASE, DEBIAN_BASE) if present(b)]
+    remove(f"{IMAGE}:{TAG}")  # a kept one of an earlier run
+    warm = [b for b in (PYPI_BASE, DEBIAN_BASE) if image_id(b)]
     folder = tempfile.mkdtemp(prefix="first-model-")
     clone, image = os.path.join(folder, "sagemaker-lightning"), [f"IMAGE={IMAGE}", f"TAG={TAG}"]
     phases: dict[str, float] = {}
@@ -62,6 +70,7 @@ def main() -> int:
         timed(phases, "clone", ["git", "clone", "-q", ROOT, clone], folder)
         timed(phases, "install", ["make", "install"], clone)
         timed(phases, "image", ["make", "image", *image, "BUILD_ARGS=--no-cache"], clone)
+        first = image_id(f"{IMAGE}:{TAG}")
         output = timed(phases, "demo", ["make", "demo", *image], clone)
         model = next((line for line in output.splitlines() if line.startswith("model.tar.gz: ")), None)
         if model is None:
@@ -69,10 +78,12 @@ def main() -> int:
         with open(os.path.join(clone, "app", "example", "model.py"), "a") as f:
             f.write("# a one-line change\n")
         timed(phases, "rebuild", ["make", "build", "FLAVOR=pypi", *image], clone)
+        if image_id(f"{IMAGE}:{TAG}") != first:  # the first build, untagged by the rebuild: 7 GB of nothing
+            remove(first)
     finally:
         if not args.keep:
             shutil.rmtree(folder, ignore_errors=True)
-            subprocess.run(["docker", "rmi", "-f", f"{IMAGE}:{TAG}"], capture_output=True)
+            remove(f"{IMAGE}:{TAG}")
     total = sum(phases[p] for p in ("clone", "install", "image", "demo"))
     print(f"date: {time.strftime('%Y-%m-%d')}; {machine()}")
     print(

@@ -13,7 +13,7 @@ import sys
 import bcrypt
 import certifi
 import pytest
-from compose_jobs import remove_containers
+from compose_jobs import STARTED, remove_containers
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 IMAGE = "sagemaker-lightning:test"
@@ -102,6 +102,19 @@ def image(tmp_path_factory, make) -> str:
     )
     assert build.returncode == 0, build.stdout[-5000:] + build.stderr[-5000:]
     return IMAGE
+
+
+@pytest.fixture(autouse=True)
+def no_job_left():
+    """A test, passed or failed, leaves none of its jobs (compose_jobs.start_job) or their containers, and touches
+    no other's."""
+    STARTED.clear()
+    yield
+    for proc in STARTED:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+        remove_containers(proc.folder)
 
 
 @pytest.fixture

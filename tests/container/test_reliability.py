@@ -6,7 +6,6 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 import tarfile
 import time
 import uuid
@@ -14,7 +13,7 @@ from collections.abc import Iterator
 
 import pytest
 import torch
-from compose_jobs import containers, remove_containers
+from compose_jobs import containers, start_job
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -34,44 +33,6 @@ RESUMABLE = [
 
 def clean(line: str) -> str:
     return re.sub(r"\x1b\[[0-9;]*m", "", line).replace("\r", "")
-
-
-STARTED: list[subprocess.Popen] = []  # this test's jobs (start_job)
-
-
-@pytest.fixture(autouse=True)
-def no_job_left():
-    """A test, passed or failed, leaves none of its jobs or their containers (and touches no other's)."""
-    STARTED.clear()
-    yield
-    for proc in STARTED:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
-        remove_containers(proc.folder)
-
-
-def start_job(image, data_dir, output, *words, sdk: str = "v2", env: dict | None = None) -> subprocess.Popen:
-    """run_sagemaker.py in local mode, in the background; its containers: compose_jobs.containers(job.folder)."""
-    env = {"TMPDIR": os.path.join(output, "tmp"), **(env or {})}  # in the job's own folder (compose_jobs)
-    os.makedirs(env["TMPDIR"], exist_ok=True)
-    cmd = [
-        sys.executable if sdk == "v2" else os.path.join(ROOT, ".venv-sdk3", "bin", "python"),
-        os.path.join(ROOT, "scripts", "run_sagemaker.py"),
-        "--image",
-        image,
-        "--instance-type",
-        "local",
-        "--input",
-        data_dir,
-        "--output",
-        str(output),
-        *words,
-    ]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env={**os.environ, **env})
-    proc.folder = str(output)
-    STARTED.append(proc)
-    return proc
 
 
 def read_until(proc: subprocess.Popen, pattern: str, timeout: float = 300) -> list[str]:

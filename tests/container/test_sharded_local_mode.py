@@ -13,8 +13,8 @@ import tarfile
 
 import pytest
 import torch
-from compose_jobs import containers
-from test_reliability import finish, paced, read_until, start_job
+from compose_jobs import containers, start_job
+from test_reliability import finish, paced, read_until
 
 from model import ImageClassifier
 from sagemaker_lightning import sharded_checkpoints
