@@ -19,8 +19,11 @@ import sys
 import tempfile
 import time
 
+import machine
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path[:0] = [os.path.join(ROOT, "tests", "toolkit"), os.path.join(ROOT, "app", "example")]
+# the toolkit tier's modules, the plugins its conftest imports (proctree), the example
+sys.path[:0] = [os.path.join(ROOT, "tests", d) for d in ("toolkit", "plugins")] + [os.path.join(ROOT, "app", "example")]
 
 from test_sharded_toolkit import FSDP, HOSTS  # noqa: E402  (its two-host fsdp job)
 
@@ -52,9 +55,7 @@ def main() -> int:
     args = parser.parse_args()
     import torch  # noqa: PLC0415  (the version line only)
 
-    with open("/proc/cpuinfo") as f:
-        cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), platform.machine())
-    print(f"{cpu}, {os.cpu_count()} cores; Python {platform.python_version()}, torch {torch.__version__}")
+    print(f"{machine.cpu()}, {os.cpu_count()} cores; Python {platform.python_version()}, torch {torch.__version__}")
     counts, start = collections.Counter(), time.monotonic()
     with tempfile.TemporaryDirectory() as tmp:
         data = os.path.join(tmp, "data")
