@@ -23,6 +23,8 @@ import sys
 import tempfile
 import time
 
+import machine
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 CLIS = ("lightning", "runtime")
@@ -148,10 +150,8 @@ def versions() -> str:
     import lightning
     import torch
 
-    with open("/proc/cpuinfo") as f:
-        cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), platform.machine())
     cores = len(os.sched_getaffinity(0))
-    return f"{cpu}, {cores} cores; Python {platform.python_version()}, torch {torch.__version__}, lightning {lightning.__version__}"
+    return f"{machine.cpu()}, {cores} cores; Python {platform.python_version()}, torch {torch.__version__}, lightning {lightning.__version__}"
 
 
 def main() -> int:

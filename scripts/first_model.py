@@ -13,12 +13,13 @@ It prints each phase's seconds, the total from clone to model.tar.gz, the machin
 
 import argparse
 import os
-import platform
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
+
+import machine
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 IMAGE, TAG = "sagemaker-lightning-first-model", "measure"  # not the name a user builds: that one is left alone
@@ -50,11 +51,9 @@ def image_id(image: str) -> str | None:
     return found.stdout.strip() if found.returncode == 0 else None
 
 
-def machine() -> str:
-    with open("/proc/cpuinfo") as f:
-        cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), platform.machine())
+def described() -> str:
     docker = subprocess.run(["docker", "version", "-f", "{{.Server.Version}}"], capture_output=True, text=True)
-    return f"{cpu}, {len(os.sched_getaffinity(0))} cores; Docker {docker.stdout.strip() or '?'}"
+    return f"{machine.cpu()}, {len(os.sched_getaffinity(0))} cores; Docker {docker.stdout.strip() or '?'}"
 
 
 def main() -> int:
@@ -85,7 +84,7 @@ def main() -> int:
             shutil.rmtree(folder, ignore_errors=True)
             remove(f"{IMAGE}:{TAG}")
     total = sum(phases[p] for p in ("clone", "install", "image", "demo"))
-    print(f"date: {time.strftime('%Y-%m-%d')}; {machine()}")
+    print(f"date: {time.strftime('%Y-%m-%d')}; {described()}")
     print(
         f"warm before the run: base image {', '.join(warm) or 'none'}; pip's caches (the host's, the build's) as they were"
     )

@@ -25,6 +25,7 @@ import pytorch_lightning as pl  # noqa: E402 (after the path to the example)
 import torch  # noqa: E402
 import torchvision  # noqa: E402
 
+import machine  # noqa: E402 (beside this script)
 import train  # noqa: E402 (the example's)
 from sagemaker_lightning import precision  # noqa: E402
 from sagemaker_lightning.checkpoints import LastCheckpoint  # noqa: E402
@@ -94,15 +95,11 @@ class Repeat:
 
 
 def hardware() -> dict:
-    cpu = platform.processor() or platform.machine()
-    if os.path.exists("/proc/cpuinfo"):
-        with open("/proc/cpuinfo") as f:
-            cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), cpu)
-    machine = precision.probe("cpu")
+    probed = precision.probe("cpu")
     return {
-        "cpu": cpu,
-        "cpu_capability": machine.cpu_capability,  # torch.backends.cpu.get_cpu_capability()
-        "cpu_bf16": machine.cpu_bf16,
+        "cpu": machine.cpu(),
+        "cpu_capability": probed.cpu_capability,  # torch.backends.cpu.get_cpu_capability()
+        "cpu_bf16": probed.cpu_bf16,
         "isa_limits": {key: os.environ[key] for key in ISA_LIMITS if key in os.environ},
         "cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
         "torch_threads": torch.get_num_threads(),
