@@ -78,9 +78,7 @@ class StopTogether:
         self.pending = None  # a lone process: Lightning's own handler, which has no peer to pair with
         if trainer.world_size == 1:
             return
-        import torch  # here: PID 1 (the entrypoint) imports this module and never needs torch
-
-        self.torch, self.pending = torch, False
+        self.pending = False
 
         def note(signum, frame):
             if not self.pending:  # Lightning's process launcher's children get it too, as in Lightning's own
@@ -101,10 +99,12 @@ class StopTogether:
         """Whether any rank has been signalled; every rank must call it at the same point."""
         connector = trainer._signal_connector
         if self.pending is not None and not connector.received_sigterm:
+            import torch  # here, not above: PID 1 (the entrypoint) imports this module and never needs torch
+
             # one all-reduce, as Lightning's broadcast: reduce_boolean_decision adds a barrier before it (0.71× the
             # steps/s of Lightning's own on 2 CPU processes); SUM, which SMDDP takes too
-            flag = self.torch.tensor([int(self.pending)], device=trainer.strategy.root_device)
-            self.torch.distributed.all_reduce(flag, self.torch.distributed.ReduceOp.SUM)
+            flag = torch.tensor([int(self.pending)], device=trainer.strategy.root_device)
+            torch.distributed.all_reduce(flag, torch.distributed.ReduceOp.SUM)
             connector.received_sigterm = bool(flag.item())
         return connector.received_sigterm
 

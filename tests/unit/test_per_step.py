@@ -6,9 +6,9 @@ what it is for: the stop agreement (signals.StopTogether) between two real gloo 
 """
 
 import datetime
+import itertools
 import os
 import random
-import socket
 from types import SimpleNamespace
 
 import numpy as np
@@ -24,13 +24,13 @@ from sagemaker_lightning.callbacks import LogLines
 
 pytestmark = pytest.mark.unit
 
-CALLS = 6  # hook calls of each rank: the signal comes before call SIGNALLED of rank 1 only
-SIGNALLED = 2
+CALLS = 6  # hook calls of each rank: the signal comes before one call of rank 1 only
+SIGNALLED = (0, 2, CALLS - 1)  # the first step or batch, one in the middle, the last
 
 
 def agreeing(rank: int, port: int, out) -> None:
-    """One rank: StopTogether on a trainer of its parts, `CALLS` training steps, then anew `CALLS` validation
-    batches; whether it had stopped after each goes to `out`."""
+    """One rank: for each signalled call, StopTogether on a trainer of its parts, `CALLS` training steps, then anew
+    `CALLS` validation batches; whether it had stopped after each goes to `out`."""
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=2, timeout=datetime.timedelta(seconds=20))
     strategy = pytorch_lightning.strategies.DDPStrategy(
@@ -38,7 +38,7 @@ def agreeing(rank: int, port: int, out) -> None:
     )
     strategy._launcher = None
     decided = {}
-    for mode in ("training", "validation"):
+    for signalled, mode in itertools.product(SIGNALLED, ("training", "validation")):
         trainer = SimpleNamespace(
             world_size=2,
             strategy=strategy,
@@ -47,9 +47,9 @@ def agreeing(rank: int, port: int, out) -> None:
         )
         stop = flavor.made(signals.StopTogether, pytorch_lightning)()
         stop.setup(trainer, None, "fit")
-        decided[mode] = []
+        decided[signalled, mode] = []
         for call in range(CALLS):
-            if rank == 1 and call == SIGNALLED:
+            if rank == 1 and call == signalled:
                 trainer._signal_connector._sigterm_notifier_fn(15, None)  # the SIGTERM handler
             if mode == "validation":
                 stop.on_validation_batch_end(trainer, None, None, None, call)
@@ -58,18 +58,17 @@ def agreeing(rank: int, port: int, out) -> None:
                     trainer.fit_loop.epoch_loop._broadcast_sigterm_tensor()  # where Lightning calls it: before a step
                 except SIGTERMException:
                     assert trainer._signal_connector.received_sigterm
-            decided[mode].append(trainer._signal_connector.received_sigterm)
+            decided[signalled, mode].append(trainer._signal_connector.received_sigterm)
     out.put((rank, decided))
     dist.destroy_process_group()
 
 
-def test_ranks_stop_together_at_the_step_or_validation_batch_the_signal_came_in():
+def test_ranks_stop_together_at_the_step_or_validation_batch_the_signal_came_in(free_port):
     """Training: in Lightning's own collective before each step, both ranks stop (SIGTERMException, which saves
     last.ckpt) before the step after the one the signalled rank alone had heard of it in. Validation: after each
-    batch, so a long validation ends after the batch the signal came in."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    batch, so a long validation ends after the batch the signal came in. The signal at the first call, in the
+    middle, and at the last."""
+    port = free_port()
     context = mp.get_context("spawn")
     out = context.Queue()
     procs = [context.Process(target=agreeing, args=(rank, port, out)) for rank in range(2)]
@@ -79,8 +78,9 @@ def test_ranks_stop_together_at_the_step_or_validation_batch_the_signal_came_in(
     for p in procs:
         p.join(timeout=30)
         assert p.exitcode == 0
-    stop_at = [call >= SIGNALLED for call in range(CALLS)]
-    expected = {"training": stop_at, "validation": stop_at}
+    expected = {
+        (n, mode): [call >= n for call in range(CALLS)] for n in SIGNALLED for mode in ("training", "validation")
+    }
     assert results == {0: expected, 1: expected}
 
 
