@@ -1,15 +1,17 @@
 """The runtime's own cost per training step: a model whose compute is negligible (a 4→16→2 MLP, batch 32, one
 epoch, 32-true, on the CPU), trained by Lightning's own LightningCLI and by the runtime's as a one-host SageMaker
 job (the SM_* variables set), on 1 process and on 2 (Lightning's process launcher, gloo), each run in fresh
-processes, the runs of each setup interleaved. Timed from step `--warmup` to the last step on rank 0; what is left
-is the fixed work per step: Lightning's loop, the data loader, and the runtime's callbacks and resumable loader.
-`--profile` adds a run of each under Lightning's SimpleProfiler and prints µs per step of each callback's per-step
-hooks (the profiler's own few µs per hook included) and of fetching a batch.
+processes with one intra-op thread each (`--threads`), the runs of each setup interleaved. Timed from step
+`--warmup` to the last step on rank 0; what is left is the fixed work per step: Lightning's loop, the data loader,
+and the runtime's callbacks and resumable loader. `--profile` adds a run of each under Lightning's SimpleProfiler
+and prints µs per step of each callback's per-step hooks (the profiler's own few µs per hook included) and of
+fetching a batch. With `--accelerator gpu` the model trains on the GPU, one process per GPU.
 The last line is machine-readable:
   bench-overhead: p1_lightning=<steps/s> p1_runtime=<steps/s> p1_ratio=<x> p2_lightning=... p2_ratio=<y>
 
     python scripts/bench_overhead.py                    # 1 and 2 processes, 5 runs each: about 6 minutes on 2 cores
     python scripts/bench_overhead.py --processes 2 --repeat 5 --profile
+    python scripts/bench_overhead.py --accelerator gpu --processes 1   # on a GPU, one process per GPU (NCCL)
 """
 
 import argparse
@@ -110,26 +112,30 @@ def run(cli: str, processes: int, args: argparse.Namespace, profile: bool = Fals
     """One run in fresh processes, the runtime's as a one-host SageMaker job; what rank 0 measured."""
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "result.json")
-        env = {**os.environ, "MASTER_PORT": free_port(), "PYTHONPATH": os.path.join(ROOT, "app")}
+        env = {
+            **os.environ,
+            "MASTER_PORT": free_port(),
+            "PYTHONPATH": os.pathsep.join(filter(None, [os.path.join(ROOT, "app"), os.environ.get("PYTHONPATH")])),
+        }
         if cli == "runtime":
             for d in ("model", "output/data", "checkpoints", "run"):
                 os.makedirs(os.path.join(tmp, d))
             env.update(
                 SM_HOSTS='["localhost"]',
                 SM_CURRENT_HOST="localhost",
-                SM_NUM_GPUS="0",
+                SM_NUM_GPUS=str(processes if args.accelerator == "gpu" else 0),
                 SM_MODEL_DIR=os.path.join(tmp, "model"),
                 SM_OUTPUT_DATA_DIR=os.path.join(tmp, "output/data"),
                 SAGEMAKER_BASE_DIR=tmp,
                 SAGEMAKER_LIGHTNING_RUN_DIR=os.path.join(tmp, "run"),
             )
-        env.update(BENCH_OVERHEAD_CLI=cli, BENCH_OVERHEAD_OUT=out)
+        env.update(BENCH_OVERHEAD_CLI=cli, BENCH_OVERHEAD_OUT=out, OMP_NUM_THREADS=str(args.threads))
         command = [
             sys.executable,
             os.path.abspath(__file__),
             "fit",
             "--trainer.accelerator",
-            "cpu",
+            args.accelerator,
             "--trainer.devices",
             str(processes),
         ]
@@ -146,12 +152,13 @@ def run(cli: str, processes: int, args: argparse.Namespace, profile: bool = Fals
             return json.load(f)
 
 
-def versions() -> str:
+def versions(accelerator: str) -> str:
     import lightning
     import torch
 
     cores = len(os.sched_getaffinity(0))
-    return f"{machine.cpu()}, {cores} cores; Python {platform.python_version()}, torch {torch.__version__}, lightning {lightning.__version__}"
+    gpu = f"{torch.cuda.get_device_name()} (CUDA {torch.version.cuda}) in " if accelerator == "gpu" else ""
+    return f"{gpu}{machine.cpu()}, {cores} cores; Python {platform.python_version()}, torch {torch.__version__}, lightning {lightning.__version__}"
 
 
 def main() -> int:
@@ -164,9 +171,15 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=2150, help="training steps per process")
     parser.add_argument("--warmup", type=int, default=100, help="steps before the timing starts")
     parser.add_argument("--profile", action="store_true", help="also each callback's µs per step (runtime)")
+    parser.add_argument(
+        "--threads", type=int, default=1, help="intra-op threads per process: the model needs none; idle ones spin"
+    )
+    parser.add_argument("--accelerator", choices=("cpu", "gpu"), default="cpu", help="gpu: a process per GPU, NCCL")
     args = parser.parse_args()
-    print(f"date: {time.strftime('%Y-%m-%d')}; {versions()}")
-    summary = []
+    print(
+        f"date: {time.strftime('%Y-%m-%d')}; {versions(args.accelerator)}; {args.threads} intra-op thread(s) a process"
+    )
+    summary, prefix = [], "gpu_" if args.accelerator == "gpu" else ""
     for processes in args.processes:
         runs: dict[str, list[dict]] = {cli: [] for cli in CLIS}
         for _ in range(args.repeat):
@@ -191,7 +204,9 @@ def main() -> int:
                     f"{cli} {hooks[cli][name]:7.1f}" if name in hooks[cli] else f"{cli}       -" for cli in CLIS
                 )
                 print(f"{processes} process(es), profiled µs/step: {costs}  {name}")
-        summary += [f"p{processes}_{cli}={median[cli]:.1f}" for cli in CLIS] + [f"p{processes}_ratio={ratio:.3f}"]
+        summary += [f"{prefix}p{processes}_{cli}={median[cli]:.1f}" for cli in CLIS] + [
+            f"{prefix}p{processes}_ratio={ratio:.3f}"
+        ]
     print("bench-overhead: " + " ".join(summary))
     return 0
 
