@@ -11,6 +11,7 @@ names another.
 import math
 import os
 import sys
+from typing import Literal
 
 import pytorch_lightning as pl
 import torch
@@ -76,7 +77,7 @@ class ImageClassifier(pl.LightningModule):
         num_classes: int = 10,
         cifar_stem: bool = True,
         channels_last: bool = False,
-        compile: bool = False,
+        compile: bool | Literal["reduce-overhead", "max-autotune"] = False,
         lr_warmup: float = 0.0,
         label_smoothing: float = 0.0,
     ):
@@ -86,7 +87,9 @@ class ImageClassifier(pl.LightningModule):
             num_classes: number of output classes; linked from the data module.
             cifar_stem: for ResNets, the 3×3 stride-1 stem without max-pool made for 32×32 images.
             channels_last: weights and inputs in NHWC memory order, the one fast convolution kernels read.
-            compile: run the network through torch.compile (the first steps compile it).
+            compile: run the network through torch.compile (the first steps compile it); or a torch.compile mode:
+                "reduce-overhead" also replays each step's kernels as CUDA graphs on a GPU, one launch where a
+                host-bound step makes hundreds; "max-autotune" also tunes the kernels (long compile).
             lr_warmup: the fraction of all optimizer steps over which the learning rate rises to the optimizer's;
                 after it, the rate falls along half a cosine to 0 at the last step.
             label_smoothing: the weight of the uniform distribution mixed into the training targets (0: none).
@@ -96,8 +99,8 @@ class ImageClassifier(pl.LightningModule):
         self.net = build_network(arch, num_classes, cifar_stem)
         self.memory_format = torch.channels_last if channels_last else torch.contiguous_format
         self.net.to(memory_format=self.memory_format)
-        if compile:
-            self.net.compile()  # in place: the weights keep their names, so model.pt loads into an uncompiled network
+        if compile:  # in place: the weights keep their names, so model.pt loads into an uncompiled network
+            self.net.compile(mode=None if compile is True else compile)
         # Metrics reduce by sum and count across ranks, never by ReduceOp.AVG (which SMDDP rejects). The training
         # metric skips its input checks: they read values back from the device, a GPU stall on every step
         self.train_acc = MulticlassAccuracy(num_classes, average="micro", validate_args=False)

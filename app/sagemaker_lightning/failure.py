@@ -57,10 +57,12 @@ def argument_problem(message: str) -> str:
     value = re.search(r"(?:Got|Given) value: (.*?)(?: - |$)", message, re.M)
     if not keys or not value:
         return message.splitlines()[0]  # e.g. "Unrecognized arguments: --trainer.max_epochz 1" says it already
-    expected = [
-        t.rsplit(".", 1)[-1] for t in re.findall(r"Expected an? <class '([\w.]+)'>", message) if t != "NoneType"
+    expected = [  # each type of a Union, a Literal's values as they are: `(expected bool or one of 'a', 'b')`
+        t.rsplit(".", 1)[-1] if t else f"one of {values}"
+        for t, values in re.findall(r"Expected an? (?:<class '([\w.]+)'>|typing\.Literal\[(.*?)\]$)", message, re.M)
+        if t != "NoneType"
     ]
-    return f"{keys}={value.group(1)} is not valid" + (f" (expected {expected[0]})" if expected else "")
+    return f"{keys}={value.group(1)} is not valid" + (f" (expected {' or '.join(expected)})" if expected else "")
 
 
 def peer_failure(plan, message: str, resolve: Callable[[str], str]) -> str | None:

@@ -109,6 +109,13 @@ def test_dicts_and_lists_as_either_sdk_sends_them(as_sagemaker, archive_dir, enc
     assert (init_args.lr, init_args.eps, tuple(init_args.betas)) == (0.2, 0.01, (0.8, 0.9))
 
 
+def test_compile_takes_true_or_a_torch_compile_mode(as_sagemaker, archive_dir):
+    """model.compile as SageMaker delivers it: true, or a mode (reduce-overhead: CUDA graphs on a GPU) kept as given."""
+    for given in (True, "reduce-overhead"):
+        cli = build(as_sagemaker({"data.data_dir": archive_dir, "model.compile": given}))
+        assert cli.config.model.compile == given and cli.model.net._compiled_call_impl is not None
+
+
 def test_num_classes_is_linked_from_the_data_module(archive_dir):
     cli = build(["--data.data_dir", archive_dir, "--data.num_classes", "7"])
     assert cli.model.hparams.num_classes == 7 and cli.model.net.fc.out_features == 7
@@ -130,6 +137,10 @@ def test_num_classes_is_linked_from_the_data_module(archive_dir):
         ),
         ({"data.batch_size": -4}, "data.batch_size=-4 is not a batch size"),
         ({"data": "CIFAR10DataModule", "data.batch_size": 0}, "data.batch_size=0 is not a batch size"),
+        (
+            {"model.compile": "fast"},
+            "model.compile=fast is not valid (expected bool or one of 'reduce-overhead', 'max-autotune')",
+        ),
         ({"model.arch": "resnet1000"}, "model.arch='resnet1000' is not a torchvision classification model"),
         # nested, as SDK 3.x's driver needs them: the same one line
         ({"trainer": {"max_epochz": 1}}, "bad hyperparameter: trainer.max_epochz is not an option"),
