@@ -24,8 +24,12 @@ from sagemaker_lightning.callbacks import LogLines
 
 pytestmark = pytest.mark.unit
 
-CALLS = 6  # hook calls of each rank: the signal comes before one call of rank 1 only
-SIGNALLED = (0, 2, CALLS - 1)  # the first step or batch, one in the middle, the last
+CALLS = 10  # hook calls of each rank: the signal comes before one call of rank 1 only
+SIGNALLED = (0, 3, CALLS - 1)  # the first step or batch, one between two agreements, the last
+PACE = (0.08, 0.04)  # each rank's seconds per training step (its StopTogether's clock)
+# Training steps that agree: the first, then every (3 + 6) // 2 = 4 steps, the mean of what each rank's pace
+# proposes for StopTogether.AGREE_EVERY_S (0.25 s: 3.125 and 6.25 steps)
+AGREED = (0, 1, 5, 9)
 
 
 def agreeing(rank: int, port: int, out) -> None:
@@ -46,6 +50,7 @@ def agreeing(rank: int, port: int, out) -> None:
             _signal_connector=SimpleNamespace(received_sigterm=False, _sigterm_notifier_fn=None),
         )
         stop = flavor.made(signals.StopTogether, pytorch_lightning)()
+        stop.clock = lambda: call * PACE[rank]  # noqa: B023 (the call under way)
         stop.setup(trainer, None, "fit")
         decided[signalled, mode] = []
         for call in range(CALLS):
@@ -64,10 +69,10 @@ def agreeing(rank: int, port: int, out) -> None:
 
 
 def test_ranks_stop_together_at_the_step_or_validation_batch_the_signal_came_in(free_port):
-    """Training: in Lightning's own collective before each step, both ranks stop (SIGTERMException, which saves
-    last.ckpt) before the step after the one the signalled rank alone had heard of it in. Validation: after each
-    batch, so a long validation ends after the batch the signal came in. The signal at the first call, in the
-    middle, and at the last."""
+    """Training: in place of Lightning's own collective before each step, both ranks stop (SIGTERMException, which
+    saves last.ckpt) before the same step: the first agreed one after the signal, though the ranks go at different
+    paces. Validation: after each batch, so a long validation ends after the batch the signal came in. The signal at
+    the first call, between two agreements, and at the last."""
     port = free_port()
     context = mp.get_context("spawn")
     out = context.Queue()
@@ -78,9 +83,10 @@ def test_ranks_stop_together_at_the_step_or_validation_batch_the_signal_came_in(
     for p in procs:
         p.join(timeout=30)
         assert p.exitcode == 0
-    expected = {
-        (n, mode): [call >= n for call in range(CALLS)] for n in SIGNALLED for mode in ("training", "validation")
-    }
+    expected = {}
+    for n in SIGNALLED:
+        expected[n, "validation"] = [call >= n for call in range(CALLS)]
+        expected[n, "training"] = [call >= min(a for a in AGREED if a >= n) for call in range(CALLS)]
     assert results == {0: expected, 1: expected}
 
 
