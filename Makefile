@@ -31,11 +31,16 @@ help:  ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
 
 install: .venv/.installed .venv-sdk3/.installed  ## Make .venv (SDK 2.x, tests, the runtime package) and .venv-sdk3 (SDK 3.x); pins in pyproject.toml
-.venv/.installed .venv-sdk3/.installed: pyproject.toml
+# .venv/.client: the SDK and the runtime package, no torch (pyproject.toml's client group): all that demo, local and
+# push run on the host, so a first `make demo` installs it while the image builds; .venv/.installed adds the rest
+.venv/.client .venv-sdk3/.installed: pyproject.toml
 	python3 -m venv $(@D)
 	$(@D)/bin/pip install -q pip==26.0.1
-	$(@D)/bin/pip install -q --group $(if $(findstring sdk3,$@),sdk3,dev)
+	$(@D)/bin/pip install -q --group $(if $(findstring sdk3,$@),sdk3,client)
 	$(@D)/bin/pip install -q --no-deps -e .
+	touch $@
+.venv/.installed: .venv/.client
+	.venv/bin/pip install -q --group dev
 	touch $@
 
 lint: install  ## ruff: lint and formatting check (settings in pyproject.toml)
@@ -84,7 +89,7 @@ push: push-check  ## Push $(IMAGE):$(TAG) to ECR (REGISTRY=host:port: elsewhere)
 	@$(PYTHON) scripts/push.py $(IMAGE):$(TAG) $(if $(REGISTRY),--registry $(REGISTRY)) --docker $(or $(DOCKER),docker)
 
 # AWS credentials and region (or REGISTRY's form): `make build push` checks them before the build, not after it
-push-check: .venv/.installed
+push-check: .venv/.client
 	@$(PYTHON) scripts/push.py --check $(if $(REGISTRY),--registry $(REGISTRY))
 ifneq ($(filter push,$(MAKECMDGOALS)),)
 build: push-check
@@ -98,12 +103,13 @@ debian-base:  ## Make $(DEBIAN_BASE) from Debian packages with debootstrap (root
 	    bookworm $$root $(DEBIAN_MIRROR) >/dev/null && \
 	  tar -C $$root -c . | $(DOCKER) import - $(DEBIAN_BASE); }
 
-demo: install image  ## Train on generated data: local mode, 2 CPU containers; prints the path of model.tar.gz
+demo:  ## Train on generated data: local mode, 2 CPU containers; prints the path of model.tar.gz
+	$(MAKE) --no-print-directory -j2 .venv/.client image  # at the same time: pip on the host, the image's build
 	$(PYTHON) scripts/make_dataset.py synthetic data/synthetic --train 1000 --test 200
 	$(PYTHON) scripts/run_sagemaker.py --image $(IMAGE):$(TAG) --instance-type local --instance-count 2 \
 	  --input data/synthetic --output runs $(DEMO_ARGS)
 
-local: install image  ## The same on the real CIFAR-10 (downloaded into data/cifar10 once; needs internet)
+local: .venv/.client image  ## The same on the real CIFAR-10 (downloaded into data/cifar10 once; needs internet)
 	test -f data/cifar10/cifar-10-python.tar.gz || $(PYTHON) scripts/make_dataset.py cifar10 data/cifar10
 	$(PYTHON) scripts/run_sagemaker.py --image $(IMAGE):$(TAG) --instance-type local --instance-count 2 \
 	  --input data/cifar10 --output runs $(DEMO_ARGS) data.val_split=0
