@@ -34,6 +34,8 @@ import time
 import traceback
 from collections.abc import Mapping
 
+from jsonargparse.typing import PositiveFloat
+
 from sagemaker_lightning import (
     checkpoints,
     failure,
@@ -51,6 +53,7 @@ from sagemaker_lightning import (
 from sagemaker_lightning.callbacks import LinearLRScaling, LogLines, RankReport, say
 from sagemaker_lightning.export import Export
 from sagemaker_lightning.plan import DEFAULT_TIMEOUT_S, Plan, check_world_size, make_plan
+from sagemaker_lightning.watchdog import Watchdog
 
 SUBCOMMANDS = ("fit", "validate", "test", "predict")
 LOST_PEER_WAIT_S = 3  # for a process of Lightning's launcher to end, when this one failed in a collective
@@ -156,6 +159,12 @@ class LightningCLI:
             "--dist_timeout", type=int, default=DEFAULT_TIMEOUT_S, help="seconds a rank waits for the others"
         )
         parser.add_argument(
+            "--training_timeout",
+            type=PositiveFloat | None,
+            default=None,
+            help="seconds a collective may take once training runs (null: 10x the median step, at least 120 s)",
+        )
+        parser.add_argument(
             "--scale_lr_by_world_size", type=bool, default=False, help="optimizer lr × number of processes"
         )
         parser.add_class_arguments(sharding.FSDPSettings, "fsdp")  # trainer.strategy=fsdp's settings (sharding.py)
@@ -248,6 +257,9 @@ class LightningCLI:
             made(Export)(config["model_dir"], self._config_yaml),
             made(signals.StopTogether)(),
         ]
+        if self.plan.on_sagemaker:  # a hang names itself (watchdog.py)
+            timeouts = config["training_timeout"], self.plan.timeout_s
+            callbacks.append(made(Watchdog)(*timeouts, self.plan.host, self.plan.output_data_dir))
         if config["scale_lr_by_world_size"]:
             callbacks.append(made(LinearLRScaling)())
         trainer_config = self._get(self.config_init, "trainer", default={})

@@ -22,6 +22,7 @@ import os
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 
+from sagemaker_lightning import watchdog
 from sagemaker_lightning.failure import UserError
 
 DEFAULT_MASTER_PORT = "29500"  # torch.distributed's own default; MASTER_PORT (or SDK 3.x's SM_MASTER_PORT) wins
@@ -260,6 +261,7 @@ def make_plan(
         node_rank = int(env["OMPI_COMM_WORLD_RANK"]) // per_host  # mpirun fills each host's slots in host order
     out = _rank_env(env, mode, names, node_rank, per_host)
     out.update(network_env(env, interfaces, workers))
+    out.update(watchdog.environment(env, env.get("SM_OUTPUT_DATA_DIR")))  # the flight recorder, named hangs
     base = env.get("SAGEMAKER_BASE_DIR", "/opt/ml")  # the toolkit's root, movable for tests
     if "SM_OUTPUT_DATA_DIR" in env:  # what a plain script writes under its default root lands in output.tar.gz
         out["PL_TRAINER_DEFAULT_ROOT_DIR"] = env["SM_OUTPUT_DATA_DIR"]

@@ -61,6 +61,20 @@ class Pace(pl.Callback):
             time.sleep(self.seconds)
 
 
+class Hang(pl.Callback):
+    """One rank stops making progress at the start of one step: `stop` SIGSTOPs its process (a frozen host: none of
+    its threads run), else it sleeps in Python (a deadlock in the project's code), until the job ends it."""
+
+    def __init__(self, rank: int = 1, step: int = 2, stop: bool = False):
+        self.rank, self.step, self.stop = rank, step, stop
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        if trainer.global_rank == self.rank and trainer.global_step == self.step:
+            if self.stop:
+                os.kill(os.getpid(), signal.SIGSTOP)
+            time.sleep(3600)
+
+
 def entrypoint() -> int:
     """This host's entrypoint (PID 1 in a container): the nearest ancestor running sagemaker_lightning.entrypoint."""
     pid = os.getpid()

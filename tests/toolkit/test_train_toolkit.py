@@ -3,6 +3,7 @@
 import glob
 import io
 import os
+import pickle
 import re
 import sys
 
@@ -286,6 +287,26 @@ def test_a_rank_that_dies_fails_the_others_in_time(run_hosts, archive_dir, tiny)
     assert "killed with SIGKILL, most often by the kernel's out-of-memory killer" in second.failure
     assert "127.0.0.1" in first.failure, first.failure  # the host to look at
     assert os.listdir(first.path("model")) == [] and os.listdir(second.path("model")) == []
+
+
+def test_a_rank_stuck_in_python_is_named_with_its_stack(run_hosts, archive_dir, tiny, tiny_job):
+    """Rank 1 sleeps at the start of step 2 (a deadlock in the project's code) while rank 0 waits in a collective:
+    both hosts end within the training timeout, not dist_timeout, with the same line naming the collective, rank 1,
+    its host and the function it is stuck in; rank 0's flight recorder dump is in the job's output."""
+    hps = {**tiny, "trainer.limit_train_batches": 5, "training_timeout": 10, "trainer.callbacks+": "faults.Hang"}
+    first, second = run_hosts(["localhost", "127.0.0.1"], hps, {"training": archive_dir}, env={"PYTHONPATH": PLUGINS})
+    assert first.returncode == second.returncode == 1, first.output[-3000:] + second.output[-3000:]
+    said = (
+        r"gloo:\w+ #\d+ of process group default_pg did not finish within the training timeout of 10 s "
+        r"\(training_timeout\) on rank 0 \(localhost, step 2\); rank 1 on 127\.0\.0\.1 did not arrive: in "
+        r"on_train_batch_start \(faults\.py:\d+\) < .* at step 2$"
+    )
+    assert re.match(said, first.failure) and first.failure == second.failure, first.failure + second.failure
+    # the hang comes after the start of two hosts (about twice a one-host tiny job here); 600 s (dist_timeout) not waited
+    assert max(first.seconds, second.seconds) < 2 * tiny_job.seconds + 10 + 30
+    with open(first.path("output", "data", "flight_recorder", "rank_0"), "rb") as f:
+        dump = pickle.load(f)  # torchfrtrace's input: the collective rank 0 waited in, unfinished
+    assert any(not e["retired"] for e in dump["entries"]), dump["entries"][-3:]
 
 
 VENV_BIN = os.path.dirname(sys.executable)  # torchrun, as the toolkit runs it (found on PATH)
