@@ -49,11 +49,11 @@ from sagemaker_lightning import (
     sharding,
     signals,
     strategy,
+    watchdog,
 )
 from sagemaker_lightning.callbacks import LinearLRScaling, LogLines, RankReport, say
 from sagemaker_lightning.export import Export
 from sagemaker_lightning.plan import DEFAULT_TIMEOUT_S, Plan, check_world_size, make_plan
-from sagemaker_lightning.watchdog import Watchdog
 
 SUBCOMMANDS = ("fit", "validate", "test", "predict")
 LOST_PEER_WAIT_S = 3  # for a process of Lightning's launcher to end, when this one failed in a collective
@@ -105,6 +105,8 @@ class LightningCLI:
 
     def fail(self, e: BaseException, tb=None) -> int:
         """Report `e` in one line (failure.EXCEPTIONS) and return the exit code."""
+        if watchdog.ENDING.is_set():  # a peer left after the watchdog's line: this is its consequence, not a cause
+            time.sleep(3 * watchdog.PERIOD_S)  # the watchdog's os._exit comes first
         trainer = getattr(self, "trainer", None)
         line, code, show_traceback, file = failure.explain(
             e,
@@ -250,16 +252,19 @@ class LightningCLI:
         model_checkpoint = self._get(self.config_init, "checkpoint")
         unprotected = None if not self.plan.on_sagemaker or signals.forwarded() else signals.why_unreached()
         made = functools.partial(flavor.made, pl=self.pl)
+        watch = None
+        if self.plan.on_sagemaker:  # a hang names itself, stragglers show (watchdog.py)
+            timeouts = config["training_timeout"], self.plan.timeout_s
+            watch = made(watchdog.Watchdog)(*timeouts, self.plan.host, self.plan.output_data_dir)
         callbacks = [
             made(RankReport)(),
-            made(LogLines)(),
+            made(LogLines)(hosts=watch),
             made(checkpoints.LastCheckpoint)(config["last_checkpoint_every_n_steps"], model_checkpoint, unprotected),
             made(Export)(config["model_dir"], self._config_yaml),
             made(signals.StopTogether)(),
         ]
-        if self.plan.on_sagemaker:  # a hang names itself (watchdog.py)
-            timeouts = config["training_timeout"], self.plan.timeout_s
-            callbacks.append(made(Watchdog)(*timeouts, self.plan.host, self.plan.output_data_dir))
+        if watch:
+            callbacks.append(watch)
         if config["scale_lr_by_world_size"]:
             callbacks.append(made(LinearLRScaling)())
         trainer_config = self._get(self.config_init, "trainer", default={})

@@ -28,7 +28,8 @@ from collections import deque
 from collections.abc import Mapping
 from datetime import timedelta
 
-from sagemaker_lightning import failure
+from sagemaker_lightning import failure, stragglers
+from sagemaker_lightning.callbacks import say
 
 FR_BUFFER_SIZE = "2000"  # collectives the flight recorder keeps per process (torch's docs suggest 2000 for NCCL)
 FLOOR_S = 120.0  # a derived timeout is at least this: a slow first batch of an epoch, validation's end, a save
@@ -39,6 +40,7 @@ STALE_PERIODS = 3  # a heartbeat older than this many periods: the process stopp
 ABORT = "abort"  # the store's key for the line every rank ends with
 PREFIX = "sagemaker_lightning/watchdog/"
 
+ENDING = threading.Event()  # set when the thread ends the process: the main thread's own error then is a consequence
 _busy: str | None = None  # what the runtime's main thread is doing that takes long and is no hang (busy())
 
 
@@ -169,13 +171,18 @@ class Watchdog:
             output_data_dir,
         )
         self.thread: threading.Thread | None = None
+        self.spread = ""  # rank 0: the progress line's words on stragglers (stragglers.words)
 
     def on_train_start(self, trainer, pl_module):
         if trainer.world_size == 1:
             return
         self.rank, self.world_size, self.step = trainer.global_rank, trainer.world_size, trainer.global_step
         self.steps: deque[float] = deque(maxlen=100)  # the latest step times, for the median
-        self.beat = self.clock()
+        self.beat, self.warned, self.since_ns = (
+            self.clock(),
+            {},
+            0,
+        )  # the main thread's last progress; host → its last warning
         self.stopping = threading.Event()
         self.thread = threading.Thread(target=self._run, name="sagemaker-lightning-watchdog", daemon=True)
         self.thread.start()
@@ -188,6 +195,7 @@ class Watchdog:
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         self.step = trainer.global_step  # steps done: a rank stuck before this step's hooks reports the same number
+        self.since_ns = self.since_ns or time.time_ns()  # stragglers: collectives after the first step's one-off work
 
     def on_validation_batch_start(self, trainer, pl_module, batch, batch_idx, dataloader_idx=0):
         if self.thread:
@@ -216,6 +224,8 @@ class Watchdog:
                 store.set(str(self.rank), json.dumps(self._record(fr)))
                 if store.check([ABORT]):
                     self._end(store.get(ABORT).decode())
+                if self.rank == 0:
+                    self._compare(store)
                 self._judge(fr, store)
             except Exception as e:  # noqa: BLE001  the store did not answer: judged without it
                 store = None
@@ -231,7 +241,22 @@ class Watchdog:
             "last": last_entered(fr.get("pg_status", {})),
             "stack": where(traceback.extract_stack(frame)) if frame else None,
             "busy": _busy,
+            "arrived": stragglers.arrivals(
+                fr.get("entries", []), self.since_ns
+            ),  # when it entered its latest collectives
         }
+
+    def _compare(self, store) -> None:
+        """Rank 0: the hosts' spread for the progress line, and a warning for a straggler (stragglers.py)."""
+        keys = [str(r) for r in range(self.world_size)]
+        records = {r: json.loads(v) for r, v in enumerate(store.multi_get(keys))} if store.check(keys) else {}
+        late, span = stragglers.lateness({r: record["arrived"] for r, record in records.items()})
+        found = stragglers.spread(late, span, {r: record["host"] for r, record in records.items()})
+        self.spread = stragglers.words(found)
+        warning, now = stragglers.warning(found), self.clock()
+        if warning and now - self.warned.get(found[0], -stragglers.WARN_EVERY_S) >= stragglers.WARN_EVERY_S:
+            self.warned[found[0]] = now
+            say(warning)
 
     def _judge(self, fr: dict, store, error: Exception | None = None) -> None:
         """End the job when this rank's oldest collective has been unfinished for the training timeout (without the
@@ -258,6 +283,7 @@ class Watchdog:
     def _end(self, said: str) -> None:
         """Keep the flight recorder's dump, report the line, end the process (its main thread waits in a collective
         that would never return). Rank 0's process may hold the store: it waits for its peers to read the line."""
+        ENDING.set()
         if self.output_data_dir:
             with contextlib.suppress(Exception):
                 from torch._C import _distributed_c10d as c10d
