@@ -61,6 +61,8 @@ class Plan:
     model_dir: str | None  # packed into model.tar.gz
     output_data_dir: str | None  # packed into output.tar.gz
     env: Mapping[str, str | None] = field(default_factory=dict)  # variables to set (None: to unset)
+    instance_type: str = ""  # SM_CURRENT_INSTANCE_TYPE: "ml.p5.48xlarge"; "local" in local mode
+    gpus: int = 0  # SM_NUM_GPUS: the GPUs the toolkit found on this host
 
     @property
     def on_sagemaker(self) -> bool:
@@ -280,6 +282,8 @@ def make_plan(
         model_dir=env.get("SM_MODEL_DIR"),
         output_data_dir=env.get("SM_OUTPUT_DATA_DIR"),
         env=out,
+        instance_type=env.get("SM_CURRENT_INSTANCE_TYPE", ""),
+        gpus=int(env.get("SM_NUM_GPUS") or 0),
     )
 
 

@@ -111,6 +111,33 @@ def test_two_hosts_train_as_one_job(run_hosts, archive_dir, tiny):
     assert sorted(digests) == [0, 1] and digests[0] == digests[1]  # DDP kept the weights in sync
     assert sorted(os.listdir(first.path("model"))) == ["config.yaml", "model.pt"]
     assert os.listdir(second.path("model")) == []  # only global rank 0 writes the model
+    # pre-flight (preflight.py): rank 0's one line, before the first progress line, in less than 10 s
+    line = re.search(
+        r"^pre-flight: 2 hosts × 1 process; all-reduce busbw ([\d.]+) GB/s at 16 MiB .*; ([\d.]+) s ",
+        first.output,
+        re.M,
+    )
+    assert line, first.output[-3000:]
+    assert "p2p to 127.0.0.1 " in line[0] and "EFA: not on this instance type" in line[0] and "devices: cpu" in line[0]
+    assert first.output.index(line[0]) < first.output.index("epoch 0 step 1/")
+    assert float(line[1]) > 0 and float(line[2]) < 10, line[0]
+    print(line[0])  # the measured cost, with -s
+    assert "pre-flight" not in second.output  # rank 0's line only
+
+
+def test_a_bandwidth_floor_above_the_network_fails_both_hosts_in_one_line(run_hosts, archive_dir, tiny):
+    """preflight=fail with a floor no network reaches: every host ends before training, naming the hosts and the
+    check, and no model is written."""
+    hps = {**tiny, "preflight": "fail", "preflight_min_busbw": "1000000"}
+    first, second = run_hosts(["localhost", "127.0.0.1"], hps, {"training": archive_dir})
+    for host in (first, second):
+        assert host.returncode != 0, host.output[-3000:]
+        assert host.failure is not None and host.failure.count("\n") == 1, host.output[-3000:]
+        assert host.failure.startswith("pre-flight bandwidth check on hosts localhost, 127.0.0.1: all-reduce busbw ")
+        assert "below 1e+06 GB/s (preflight_min_busbw)" in host.failure, host.failure
+        assert "Traceback" not in host.output
+        assert os.listdir(host.path("model")) == []
+    assert "epoch 0 step" not in first.output
 
 
 CASES = {  # case: (hosts, current host, hyperparameters, channels, environment, expected failure line)
