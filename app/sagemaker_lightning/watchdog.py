@@ -85,9 +85,15 @@ def overdue(entries: list[dict], now_ns: int, limit_s: float) -> dict | None:
     return min(late, key=lambda e: e["time_created_ns"], default=None)
 
 
-def last_entered(status: Mapping[str, Mapping[str, str]]) -> dict[str, int]:
-    """Process group id → the sequence number of the last collective this rank entered (the dump's pg_status)."""
-    return {pg: int(s.get("last_enqueued_collective", -1)) for pg, s in status.items()}
+def last_entered(entries: list[dict]) -> dict[str, int]:
+    """Process group id → the sequence number of the last collective this rank entered. From the entries, not the
+    dump's pg_status, whose counter counts send and recv too, which gloo's entries leave out (torch 2.14)."""
+    last: dict[str, int] = {}
+    for e in entries:
+        if not e.get("is_p2p"):
+            pg = e["process_group"][0]
+            last[pg] = max(last.get(pg, -1), e["collective_seq_id"])
+    return last
 
 
 def where(frames: list[traceback.FrameSummary], most: int = 3) -> str:
@@ -238,7 +244,7 @@ class Watchdog:
             "host": self.host,
             "t": time.time(),  # hosts' clocks agree to milliseconds (NTP on SageMaker; one clock in local mode)
             "step": self.step,
-            "last": last_entered(fr.get("pg_status", {})),
+            "last": last_entered(fr.get("entries", [])),
             "stack": where(traceback.extract_stack(frame)) if frame else None,
             "busy": _busy,
             "arrived": stragglers.arrivals(

@@ -50,8 +50,9 @@ def test_the_oldest_unfinished_collective_past_the_timeout_is_overdue():
 
 
 def test_the_last_collective_entered_per_process_group():
-    status = {"0": {"last_enqueued_collective": "57", "last_completed_collective": "56"}, "1": {}}
-    assert watchdog.last_entered(status) == {"0": 57, "1": -1}
+    entries = [entry(56, 3, retired=True), entry(57, 2, retired=False), {**entry(9, 1, False), "is_p2p": True}]
+    entries.append({**entry(4, 1, retired=True), "process_group": ["1", "mesh"]})
+    assert watchdog.last_entered(entries) == {"0": 57, "1": 4}  # a send or recv is not a collective
 
 
 def test_the_held_up_ranks_are_those_that_never_entered_or_stopped_answering():
