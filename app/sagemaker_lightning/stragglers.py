@@ -18,6 +18,7 @@ SLOW = 1.25  # a host whose steps take this many times the median host's own tim
 # peers then wait a fifth of each step for it)
 WARN_EVERY_S = 300.0  # at most one warning for a host in so many seconds
 ARRIVALS = 64  # collectives of each rank's latest in each heartbeat
+FEWEST = 16  # collectives every rank recorded, at least, for a spread: a step or two of DDP's is noise
 
 
 def arrivals(entries: list[dict], since_ns: int) -> dict[str, int]:
@@ -32,7 +33,7 @@ def lateness(arrived: Mapping[int, Mapping[str, int]]) -> tuple[dict[int, float]
     """Each rank's seconds behind the first, summed over the collectives every rank recorded; and the seconds those
     collectives span."""
     common = set.intersection(*(set(a) for a in arrived.values())) if arrived else set()
-    if len(common) < 2:
+    if len(common) < FEWEST:
         return {}, 0.0
     late = dict.fromkeys(arrived, 0.0)
     for key in common:

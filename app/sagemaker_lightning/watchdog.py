@@ -113,17 +113,18 @@ def absent(records: Mapping[int, dict | None], pg: str | None, seq: int | None, 
     ]
 
 
-def what(record: dict | None, now: float) -> str:
-    """What a held-up rank was doing, from its last heartbeat."""
+def what(record: dict | None, now: float, pg: str | None = None) -> str:
+    """What a held-up rank was doing, from its last heartbeat; with `pg`, the last collective it entered there."""
     if record is None:
         return "no heartbeat at all (it never reached training)"
+    entered = f", last entered #{record['last'][pg]}" if pg in record["last"] else ""
     if now - record["t"] > STALE_PERIODS * PERIOD_S:
         return (
-            f"no heartbeat for {now - record['t']:.0f} s at step {record['step']}: its process is stopped (SIGSTOP, "
-            "a frozen host) or its network is gone"
+            f"no heartbeat for {now - record['t']:.0f} s at step {record['step']}{entered}: its process is stopped "
+            "(SIGSTOP, a frozen host) or its network is gone"
         )
     doing = f"in {record['stack']}" if record.get("stack") else "running"
-    return f"{doing} at step {record['step']}" + (f", {record['busy']}" if record.get("busy") else "")
+    return f"{doing} at step {record['step']}{entered}" + (f", {record['busy']}" if record.get("busy") else "")
 
 
 def line(op: dict | None, limit_s: float, me: int, records: Mapping[int, dict], held: list[int], now: float) -> str:
@@ -132,12 +133,14 @@ def line(op: dict | None, limit_s: float, me: int, records: Mapping[int, dict], 
         name = f"{op['profiling_name']} #{op['collective_seq_id']} of process group {op['process_group'][1]}"
     else:
         name = "a collective (torch's flight recorder is off: TORCH_FR_BUFFER_SIZE)"
-    mine = records.get(me) or {}
+    mine, pg = records.get(me) or {}, op["process_group"][0] if op else None
     parts = [
-        f"rank {r} on {(records.get(r) or {}).get('host', '?')} did not arrive: {what(records.get(r), now)}"
+        f"rank {r} on {(records.get(r) or {}).get('host', '?')} did not arrive: {what(records.get(r), now, pg)}"
         for r in held
     ] or [  # none named: each rank's state, for the reader to compare
-        f"rank {r} on {(rec or {}).get('host', '?')}: {what(rec, now)}" for r, rec in sorted(records.items()) if r != me
+        f"rank {r} on {(rec or {}).get('host', '?')}: {what(rec, now, pg)}"
+        for r, rec in sorted(records.items())
+        if r != me
     ]
     return (
         f"{name} did not finish within the training timeout of {limit_s:g} s (training_timeout) on rank {me} "
@@ -256,6 +259,8 @@ class Watchdog:
         """Rank 0: the hosts' spread for the progress line, and a warning for a straggler (stragglers.py)."""
         keys = [str(r) for r in range(self.world_size)]
         records = {r: json.loads(v) for r, v in enumerate(store.multi_get(keys))} if store.check(keys) else {}
+        now = time.time()  # a rank whose heartbeat stopped is a hang's business (_judge), not a straggler
+        records = {r: record for r, record in records.items() if now - record["t"] <= STALE_PERIODS * PERIOD_S}
         late, span = stragglers.lateness({r: record["arrived"] for r, record in records.items()})
         found = stragglers.spread(late, span, {r: record["host"] for r, record in records.items()})
         self.spread = stragglers.words(found)

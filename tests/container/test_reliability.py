@@ -167,14 +167,15 @@ def test_a_frozen_host_is_named_and_every_host_ends(image, archive_dir, tmp_path
     lines = read_until(job, r"epoch 0 step 1/")  # training runs; rank 1 stops at the start of step 2
     started = time.monotonic()
     output = finish(job, lines)
-    ended_s = time.monotonic() - started  # the timeout, a heartbeat, then compose stops algo-2 (SIGKILL after 10 s)
+    # the timeout, a heartbeat, then compose stops algo-2 (SIGKILL after 10 s): 29 s here on 2 cores
+    ended_s = time.monotonic() - started
     assert re.search(
         r"ERROR: gloo:\w+ #\d+ of process group default_pg did not finish within the training timeout of 10 s "
-        r"\(training_timeout\) on rank 0 \(algo-1, step 2\); rank 1 on algo-2 did not arrive: no heartbeat for \d+ s "
-        r"at step 2: its process is stopped",
+        r"\(training_timeout\) on rank 0 \(algo-1[-\w]*, step 2\); rank 1 on algo-2[-\w]* did not arrive: no "
+        r"heartbeat for \d+ s at step \d+, last entered #\d+: its process is stopped",
         output,
     ), output[-5000:]
-    assert ended_s < 10 + 30 + 10 and containers(job.folder) == [], ended_s  # dist_timeout's 300 s not waited out
+    assert ended_s < 10 + 30 and containers(job.folder) == [], ended_s  # the bound; dist_timeout: 300 s
 
 
 def test_an_mpi_rank_killed_for_memory_is_named(image, archive_dir, tmp_path):

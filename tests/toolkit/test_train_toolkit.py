@@ -342,7 +342,7 @@ def test_a_straggler_shows_then_its_hang_is_named_with_its_stack(run_hosts, arch
     said = (
         r"gloo:\w+ #\d+ of process group default_pg did not finish within the training timeout of 10 s "
         r"\(training_timeout\) on rank 0 \(localhost, step 5\); rank 1 on 127\.0\.0\.1 did not arrive: in "
-        r"on_train_batch_start \(faults\.py:\d+\) < .* at step 5$"
+        r"on_train_batch_start \(faults\.py:\d+\) < .* at step 5, last entered #\d+$"
     )
     assert re.match(said, first.failure) and first.failure == second.failure, first.failure + second.failure
     # the hang comes after the start of two hosts (about twice a one-host tiny job here) and 5 paced steps; 600 s

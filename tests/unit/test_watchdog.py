@@ -77,8 +77,9 @@ def test_the_line_names_the_collective_the_ranks_their_hosts_and_what_they_do():
     assert said == (
         "gloo:all_reduce #57 of process group default_pg did not finish within the training timeout of 20 s "
         "(training_timeout) on rank 0 (algo-1, step 12); rank 1 on algo-2 did not arrive: in training_step "
-        "(model.py:40) < advance (loop.py:9) at step 12; rank 2 on algo-3 did not arrive: no heartbeat for 30 s at "
-        "step 11: its process is stopped (SIGSTOP, a frozen host) or its network is gone"
+        "(model.py:40) < advance (loop.py:9) at step 12, last entered #56; rank 2 on algo-3 did not arrive: no "
+        "heartbeat for 30 s at step 11, last entered #57: its process is stopped (SIGSTOP, a frozen host) or its "
+        "network is gone"
     )
     # none held up (every rank entered it, none stopped): each rank's state instead, to compare
     said = watchdog.line(None, 20, 0, {0: records[0], 1: record("algo-2", 12, 57, busy="writing last.ckpt")}, [], NOW)
