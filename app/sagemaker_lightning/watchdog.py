@@ -7,9 +7,9 @@ on every host in one line that names the operation, the ranks and hosts that did
 
 Each rank runs a thread that, every PERIOD_S, writes a heartbeat to the job's TCP store (its own connection, with a
 short timeout: a store that stops answering is named, not waited for): its host, step, the last collective it
-entered in each process group (torch's flight recorder, TORCH_FR_BUFFER_SIZE, which records gloo and NCCL alike in
-torch >= 2.8), what the runtime is doing (writing a checkpoint: a wait for it is no hang), and, when its main thread
-has made no progress for a period, that thread's innermost Python frames. A rank whose oldest unfinished collective is
+entered in each process group (torch's flight recorder, TORCH_FR_BUFFER_SIZE: NCCL's, and gloo's in torch 2.14.1),
+what the runtime is doing (writing a checkpoint: a wait for it is no hang), and, when its main thread has made no
+progress for a period, that thread's innermost Python frames. A rank whose oldest unfinished collective is
 older than the timeout compares the heartbeats: the ranks that never entered that collective, or whose heartbeat
 stopped (SIGSTOP, a frozen host), are the ones named. The line goes to the store first (the first one written wins),
 so every rank that reads it, the stuck one included when it still runs, ends with the same line. Without the flight
@@ -31,7 +31,8 @@ from datetime import timedelta
 from sagemaker_lightning import failure, stragglers
 from sagemaker_lightning.callbacks import say
 
-FR_BUFFER_SIZE = "2000"  # collectives the flight recorder keeps per process (torch's docs suggest 2000 for NCCL)
+FR_BUFFER_SIZE = "256"  # collectives the flight recorder keeps per process: several steps of DDP; each heartbeat
+# reads them all (2,000: a 45 ms JSON dump every 2 s, 2 AMD EPYC cores, torch 2.14.1; 256: a few ms)
 FLOOR_S = 120.0  # a derived timeout is at least this: a slow first batch of an epoch, validation's end, a save
 TIMES_MEDIAN = 10  # a derived timeout: this many median steps
 MEASURED_STEPS = 10  # steps timed before a derived timeout applies; dist_timeout until then
@@ -158,27 +159,26 @@ def _connect():
 
 
 def _fr_json() -> dict:
-    """The flight recorder's current entries and process-group status ({} when this torch has none)."""
+    """The flight recorder's current entries ({} when this torch has no recorder for the backend, or it is off)."""
     from torch._C import _distributed_c10d as c10d
 
     dump = getattr(c10d, "_dump_fr_trace_json", None) or getattr(c10d, "_dump_nccl_trace_json", None)
-    return json.loads(dump(True, False)) if dump else {}
+    try:
+        return json.loads(dump(True, False)) if dump else {}
+    except RuntimeError:  # torch < 2.8 on gloo: NCCL's dump, without NCCL
+        return {}
 
 
 class Watchdog:
-    """The callback: times the training steps in the main thread (two assignments a step), heartbeats and judges in
+    """The callback: times the training steps in the main thread (a few assignments a step), heartbeats and judges in
     its own thread from the start of training to its end. Several processes on SageMaker only."""
 
     BASE = "callbacks.Callback"
     clock = staticmethod(time.monotonic)
 
     def __init__(self, given_s: float | None, dist_timeout_s: float, host: str, output_data_dir: str | None):
-        self.given_s, self.dist_timeout_s, self.host, self.output_data_dir = (
-            given_s,
-            dist_timeout_s,
-            host,
-            output_data_dir,
-        )
+        self.given_s, self.dist_timeout_s = given_s, dist_timeout_s
+        self.host, self.output_data_dir = host, output_data_dir
         self.thread: threading.Thread | None = None
         self.spread = ""  # rank 0: the progress line's words on stragglers (stragglers.words)
 
@@ -187,11 +187,9 @@ class Watchdog:
             return
         self.rank, self.world_size, self.step = trainer.global_rank, trainer.world_size, trainer.global_step
         self.steps: deque[float] = deque(maxlen=100)  # the latest step times, for the median
-        self.beat, self.warned, self.since_ns = (
-            self.clock(),
-            {},
-            0,
-        )  # the main thread's last progress; host → its last warning
+        self.beat = self.clock()  # the main thread's last progress
+        self.warned: dict[str, float] = {}  # host → when it was last named a straggler
+        self.since_ns = 0  # the end of the first step: stragglers are judged from there on
         self.stopping = threading.Event()
         self.thread = threading.Thread(target=self._run, name="sagemaker-lightning-watchdog", daemon=True)
         self.thread.start()
@@ -204,7 +202,7 @@ class Watchdog:
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         self.step = trainer.global_step  # steps done: a rank stuck before this step's hooks reports the same number
-        self.since_ns = self.since_ns or time.time_ns()  # stragglers: collectives after the first step's one-off work
+        self.since_ns = self.since_ns or time.time_ns()
 
     def on_validation_batch_start(self, trainer, pl_module, batch, batch_idx, dataloader_idx=0):
         if self.thread:
@@ -250,9 +248,7 @@ class Watchdog:
             "last": last_entered(fr.get("entries", [])),
             "stack": where(traceback.extract_stack(frame)) if frame else None,
             "busy": _busy,
-            "arrived": stragglers.arrivals(
-                fr.get("entries", []), self.since_ns
-            ),  # when it entered its latest collectives
+            "arrived": stragglers.arrivals(fr.get("entries", []), self.since_ns),  # when it entered its latest
         }
 
     def _compare(self, store) -> None:
@@ -284,9 +280,8 @@ class Watchdog:
             )
         now, keys = time.time(), [str(r) for r in range(self.world_size)]
         records = {r: json.loads(store.get(k)) if store.check([k]) else None for r, k in enumerate(keys)}
-        held = absent(
-            records, *(op["process_group"][0], op["collective_seq_id"]) if op else (None, None), now, self.rank
-        )
+        pg, seq = (op["process_group"][0], op["collective_seq_id"]) if op else (None, None)
+        held = absent(records, pg, seq, now, self.rank)
         if any(records[r] and records[r]["busy"] and now - records[r]["t"] <= STALE_PERIODS * PERIOD_S for r in held):
             return  # a peer writes a checkpoint: dist_timeout bounds that wait
         self._end(store.compare_set(ABORT, "", line(op, limit, self.rank, records, held, now)).decode())
@@ -301,7 +296,7 @@ class Watchdog:
 
                 os.makedirs(dump_dir(self.output_data_dir), exist_ok=True)
                 with open(os.path.join(dump_dir(self.output_data_dir), f"rank_{self.rank}"), "wb") as f:
-                    f.write(c10d._dump_fr_trace(True, False))
+                    f.write(c10d._dump_fr_trace(True, True, False))  # with stacks: 1.4 s here, once
         failure.report(said)
         sys.stdout.flush()
         if self.rank == 0:
