@@ -56,6 +56,7 @@ METRICS = {
     "train:images_per_second": r"images/s=([0-9.]+)",
     "validation:loss": r"val/loss=([0-9.]+)",
     "validation:accuracy": r"val/acc=([0-9.]+)",
+    "hosts:slowest_ratio": r"hosts: slowest \S+ ([0-9.]+)x",  # the slowest host's own time per step / the median's
 }
 
 

@@ -61,15 +61,16 @@ class RankReport:
 
 class LogLines:
     """Where there is no progress bar (stdout is not a terminal: CloudWatch, SageMaker's log streams), rank 0 prints
-    `epoch E step S/T: train/loss=L images/s=R eta=H:MM:SS`, one plain line each, instead of carriage-return progress
+    `epoch E step S/T: train/loss=L images/s=R eta=H:MM:SS [hosts: slowest H Rx the median]`, one plain line each, instead of carriage-return progress
     bars: after the first step (its rate includes the first step's one-off work), then every
     trainer.log_every_n_steps steps and whenever `every_s` seconds have passed since the last line, so that a log
     never stays silent for long, whatever the run's length (a single step longer than that: a line per step)."""
 
     BASE = "callbacks.Callback"
 
-    def __init__(self, every_s: float = 30.0, clock=time.monotonic):
-        self.every_s, self.clock = every_s, clock
+    def __init__(self, every_s: float = 30.0, clock=time.monotonic, hosts=None):
+        """hosts: where the line's words on the hosts' spread are (watchdog.Watchdog's `spread`), if anywhere."""
+        self.every_s, self.clock, self.hosts = every_s, clock, hosts
 
     def on_train_start(self, trainer, pl_module):
         self._since = (self.clock(), trainer.global_step)
@@ -91,7 +92,7 @@ class LogLines:
         loss = outputs["loss"].item()
         say(
             f"epoch {trainer.current_epoch} step {step}/{total}: train/loss={loss:.4f} "
-            f"images/s={images / seconds_per_step:.1f} eta={eta}"
+            f"images/s={images / seconds_per_step:.1f} eta={eta}{self.hosts.spread if self.hosts else ''}"
         )
 
 

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 import fsspec
 import fsspec.implementations.local
 
-from sagemaker_lightning import resume, sharding
+from sagemaker_lightning import resume, sharding, watchdog
 from sagemaker_lightning.callbacks import say
 from sagemaker_lightning.failure import UserError
 from sagemaker_lightning.flavor import attribute
@@ -46,16 +46,17 @@ class AtomicCheckpointIO:
 
     def save_checkpoint(self, checkpoint, path, storage_options=None):
         path = str(path)
-        if "://" in path:
-            return super().save_checkpoint(checkpoint, path, storage_options)
-        partial = partial_path(path)
-        try:
-            super().save_checkpoint(checkpoint, partial, storage_options)
-        except BaseException:
-            if os.path.exists(partial):
-                os.remove(partial)
-            raise
-        os.replace(partial, path)
+        with watchdog.busy(f"writing {os.path.basename(path)}"):  # peers that wait for it see no hang
+            if "://" in path:
+                return super().save_checkpoint(checkpoint, path, storage_options)
+            partial = partial_path(path)
+            try:
+                super().save_checkpoint(checkpoint, partial, storage_options)
+            except BaseException:
+                if os.path.exists(partial):
+                    os.remove(partial)
+                raise
+            os.replace(partial, path)
 
 
 AUTO_INTERVAL_S = 60  # where no SIGTERM arrives: last.ckpt about this often, so a stop loses about a minute at most

@@ -6,9 +6,9 @@
 It is a subclass of the LightningCLI of the package the project's classes are built on (lightning.pytorch or
 pytorch_lightning: flavor.py), chosen when it is called, so a project's own subclass of it works with either. Off
 SageMaker it only adds a few arguments (checkpoint, logger, model_dir, last_checkpoint_every_n_steps, dist_timeout,
-scale_lr_by_world_size, the fsdp group of trainer.strategy=fsdp), one-line failures, the precision for the machine
-when the project sets none (precision.py, said in one line), progress lines where there is no terminal
-(callbacks.py), and only the warnings a user can act on (quiet.py). On SageMaker, in this order:
+preflight, preflight_min_busbw, scale_lr_by_world_size, the fsdp group of trainer.strategy=fsdp), one-line failures,
+the precision for the machine when the project sets none (precision.py, said in one line), progress lines where there
+is no terminal (callbacks.py), and only the warnings a user can act on (quiet.py). On SageMaker, in this order:
   1. arguments: SageMaker's typed hyperparameters (hyperparameters.py) for the ones a launcher rendered, `fit` when
      no subcommand is given (both SageMaker launchers start the script with options only), and the job's paths
      before them so that the user's win: checkpoint.dirpath, model_dir, logger.save_dir, trainer.default_root_dir, the data
@@ -16,8 +16,9 @@ when the project sets none (precision.py, said in one line), progress lines wher
   2. the launch plan (plan.py) from the environment and the resolved trainer settings; its variables set; printed;
   3. the trainer: devices and num_nodes of the plan, the strategy with the plan's cluster, backend and timeout
      (strategy.py; fsdp: sharding.py), last.ckpt every N steps / each epoch / on SIGTERM written atomically
-     (checkpoints.py), plain log lines (callbacks.py), the export to model_dir (export.py), a training loader that
-     resumes mid-epoch (resumable.py), and resume from the newest readable checkpoint;
+     (checkpoints.py), plain log lines (callbacks.py), pre-flight checks before the first step (preflight.py), the
+     export to model_dir (export.py), a training loader that resumes mid-epoch (resumable.py), and resume from the
+     newest readable checkpoint;
   4. any failure: one line on stderr and in the failure file (failure.py), exit code 1 (143 when stopped).
 
     python app/example/train.py --help
@@ -33,6 +34,9 @@ import tempfile
 import time
 import traceback
 from collections.abc import Mapping
+from typing import Literal
+
+from jsonargparse.typing import PositiveFloat
 
 from sagemaker_lightning import (
     checkpoints,
@@ -40,6 +44,7 @@ from sagemaker_lightning import (
     flavor,
     hyperparameters,
     precision,
+    preflight,
     quiet,
     resumable,
     resume,
@@ -47,6 +52,7 @@ from sagemaker_lightning import (
     sharding,
     signals,
     strategy,
+    watchdog,
 )
 from sagemaker_lightning.callbacks import LinearLRScaling, LogLines, RankReport, say
 from sagemaker_lightning.export import Export
@@ -102,6 +108,8 @@ class LightningCLI:
 
     def fail(self, e: BaseException, tb=None) -> int:
         """Report `e` in one line (failure.EXCEPTIONS) and return the exit code."""
+        if watchdog.ENDING.is_set():  # a peer left after the watchdog's line: this is its consequence, not a cause
+            time.sleep(3 * watchdog.PERIOD_S)  # the watchdog's os._exit comes first
         trainer = getattr(self, "trainer", None)
         line, code, show_traceback, file = failure.explain(
             e,
@@ -154,6 +162,26 @@ class LightningCLI:
         )
         parser.add_argument(
             "--dist_timeout", type=int, default=DEFAULT_TIMEOUT_S, help="seconds a rank waits for the others"
+        )
+        parser.add_argument(
+            "--training_timeout",
+            type=PositiveFloat | None,
+            default=None,
+            help="seconds a collective may take once training runs (null: 10x the median step, at least 120 s)",
+        )
+        parser.add_argument(
+            "--preflight",
+            type=Literal["warn", "fail", "off"],
+            default="warn",
+            help="checks before the first step (preflight.py): device and EFA problems fail; a busbw below the floor "
+            "warns (warn) or fails (fail); off: none",
+        )
+        parser.add_argument(
+            "--preflight_min_busbw",
+            type=float | None,
+            default=None,
+            help="all-reduce busbw floor in GB/s; null: 80 %% of the published figure for the instance type and "
+            "host count, where there is one (instances.py)",
         )
         parser.add_argument(
             "--scale_lr_by_world_size", type=bool, default=False, help="optimizer lr × number of processes"
@@ -241,13 +269,20 @@ class LightningCLI:
         model_checkpoint = self._get(self.config_init, "checkpoint")
         unprotected = None if not self.plan.on_sagemaker or signals.forwarded() else signals.why_unreached()
         made = functools.partial(flavor.made, pl=self.pl)
+        watch = None
+        if self.plan.on_sagemaker:  # a hang names itself, stragglers show (watchdog.py)
+            timeouts = config["training_timeout"], self.plan.timeout_s
+            watch = made(watchdog.Watchdog)(*timeouts, self.plan.host, self.plan.output_data_dir)
         callbacks = [
             made(RankReport)(),
-            made(LogLines)(),
+            made(LogLines)(hosts=watch),
             made(checkpoints.LastCheckpoint)(config["last_checkpoint_every_n_steps"], model_checkpoint, unprotected),
             made(Export)(config["model_dir"], self._config_yaml),
             made(signals.StopTogether)(),
+            made(preflight.Preflight)(self.plan, config["preflight"], config["preflight_min_busbw"]),
         ]
+        if watch:
+            callbacks.append(watch)
         if config["scale_lr_by_world_size"]:
             callbacks.append(made(LinearLRScaling)())
         trainer_config = self._get(self.config_init, "trainer", default={})

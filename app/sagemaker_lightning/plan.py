@@ -22,6 +22,7 @@ import os
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 
+from sagemaker_lightning import watchdog
 from sagemaker_lightning.failure import UserError
 
 DEFAULT_MASTER_PORT = "29500"  # torch.distributed's own default; MASTER_PORT (or SDK 3.x's SM_MASTER_PORT) wins
@@ -60,6 +61,8 @@ class Plan:
     model_dir: str | None  # packed into model.tar.gz
     output_data_dir: str | None  # packed into output.tar.gz
     env: Mapping[str, str | None] = field(default_factory=dict)  # variables to set (None: to unset)
+    instance_type: str = ""  # SM_CURRENT_INSTANCE_TYPE: "ml.p5.48xlarge"; "local" in local mode
+    gpus: int = 0  # SM_NUM_GPUS: the GPUs the toolkit found on this host
 
     @property
     def on_sagemaker(self) -> bool:
@@ -260,6 +263,7 @@ def make_plan(
         node_rank = int(env["OMPI_COMM_WORLD_RANK"]) // per_host  # mpirun fills each host's slots in host order
     out = _rank_env(env, mode, names, node_rank, per_host)
     out.update(network_env(env, interfaces, workers))
+    out.update(watchdog.environment(env, env.get("SM_OUTPUT_DATA_DIR")))  # the flight recorder, named hangs
     base = env.get("SAGEMAKER_BASE_DIR", "/opt/ml")  # the toolkit's root, movable for tests
     if "SM_OUTPUT_DATA_DIR" in env:  # what a plain script writes under its default root lands in output.tar.gz
         out["PL_TRAINER_DEFAULT_ROOT_DIR"] = env["SM_OUTPUT_DATA_DIR"]
@@ -278,6 +282,8 @@ def make_plan(
         model_dir=env.get("SM_MODEL_DIR"),
         output_data_dir=env.get("SM_OUTPUT_DATA_DIR"),
         env=out,
+        instance_type=env.get("SM_CURRENT_INSTANCE_TYPE", ""),
+        gpus=int(env.get("SM_NUM_GPUS") or 0),
     )
 
 

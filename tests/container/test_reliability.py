@@ -156,6 +156,28 @@ def test_docker_stop_of_an_mpi_job_leaves_a_complete_checkpoint(image, archive_d
     assert partial_files(ckpts) == []
 
 
+def test_a_frozen_host_is_named_and_every_host_ends(image, archive_dir, tmp_path):
+    """The trainer on algo-2 SIGSTOPped at step 2 (a frozen host: none of its threads run): algo-1 ends after the
+    training timeout in one line naming the collective, rank 1 and algo-2, and local mode (docker compose) then ends
+    algo-2, well before dist_timeout."""
+    words = [w for w in RESUMABLE if not w.startswith("last_checkpoint")] + ["dist_timeout=300", "training_timeout=10"]
+    code = ["--source-dir", job_code(tmp_path), "--entry-point", "train.py", "--instance-count", "2"]
+    hang = ["trainer.callbacks+=faults.Hang", "trainer.callbacks.stop=true"]
+    job = start_job(image, archive_dir, tmp_path / "out", *code, *words, *hang)
+    lines = read_until(job, r"epoch 0 step 1/")  # training runs; rank 1 stops at the start of step 2
+    started = time.monotonic()
+    output = finish(job, lines)
+    # the timeout, a heartbeat, then compose stops algo-2 (SIGKILL after 10 s): 29 s here on 2 cores
+    ended_s = time.monotonic() - started
+    assert re.search(
+        r"ERROR: gloo:\w+ #\d+ of process group default_pg did not finish within the training timeout of 10 s "
+        r"\(training_timeout\) on rank 0 \(algo-1[-\w]*, step 2\); rank 1 on algo-2[-\w]* did not arrive: no "
+        r"heartbeat for \d+ s at step \d+, last entered #\d+: its process is stopped",
+        output,
+    ), output[-5000:]
+    assert ended_s < 10 + 30 and containers(job.folder) == [], ended_s  # the issue's bound; dist_timeout: 300 s
+
+
 def test_an_mpi_rank_killed_for_memory_is_named(image, archive_dir, tmp_path):
     """mpirun with 2 processes, rank 1 SIGKILLed (the job's own code: the example plus the tests' faults): the
     failure line names rank 1, its host and the fix, from mpirun's own report. Before: the job's framework

@@ -51,14 +51,28 @@ class KillRank(pl.Callback):
 class Pace(pl.Callback):
     """Each training step from `step` on lasts at least `seconds`: a kill that a test sends when it sees an earlier
     step's line (which passes through docker compose and the SDK first) lands before the job ends, however fast the
-    machine."""
+    machine. With `rank`, that rank's steps only: a straggler, which every other rank waits for in each step."""
 
-    def __init__(self, step: int = 0, seconds: float = 1.0):
-        self.step, self.seconds = step, seconds
+    def __init__(self, step: int = 0, seconds: float = 1.0, rank: int | None = None):
+        self.step, self.seconds, self.rank = step, seconds, rank
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
-        if trainer.global_step >= self.step:
+        if trainer.global_step >= self.step and self.rank in (None, trainer.global_rank):
             time.sleep(self.seconds)
+
+
+class Hang(pl.Callback):
+    """One rank stops making progress at the start of one step: `stop` SIGSTOPs its process (a frozen host: none of
+    its threads run), else it sleeps in Python (a deadlock in the project's code), until the job ends it."""
+
+    def __init__(self, rank: int = 1, step: int = 2, stop: bool = False):
+        self.rank, self.step, self.stop = rank, step, stop
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        if trainer.global_rank == self.rank and trainer.global_step == self.step:
+            if self.stop:
+                os.kill(os.getpid(), signal.SIGSTOP)
+            time.sleep(3600)
 
 
 def entrypoint() -> int:

@@ -3,6 +3,7 @@
 import glob
 import io
 import os
+import pickle
 import re
 import sys
 
@@ -12,6 +13,7 @@ import torch
 
 import run_sagemaker
 from model import ImageClassifier
+from sagemaker_lightning import stragglers
 
 pytestmark = pytest.mark.toolkit
 
@@ -46,6 +48,8 @@ def test_metric_definitions_match_the_lines_of_a_real_run(run_hosts, archive_dir
     assert host.returncode == 0, host.output[-3000:]
     assert "\r" not in host.output  # no progress bar
     for name, regex in run_sagemaker.METRICS.items():
+        if name.startswith("hosts:"):
+            continue  # several hosts' only: test_a_straggler_shows_then_its_hang_is_named_with_its_stack
         values = [float(v) for v in re.findall(regex, host.output)]
         assert values, f"{name}: {regex!r} matches no line of the run"
     assert len(re.findall(run_sagemaker.METRICS["train:loss"], host.output)) == 3  # one line per step
@@ -107,6 +111,33 @@ def test_two_hosts_train_as_one_job(run_hosts, archive_dir, tiny):
     assert sorted(digests) == [0, 1] and digests[0] == digests[1]  # DDP kept the weights in sync
     assert sorted(os.listdir(first.path("model"))) == ["config.yaml", "model.pt"]
     assert os.listdir(second.path("model")) == []  # only global rank 0 writes the model
+    # pre-flight (preflight.py): rank 0's one line, before the first progress line, in less than 10 s
+    line = re.search(
+        r"^pre-flight: 2 hosts × 1 process; all-reduce busbw ([\d.]+) GB/s at 16 MiB .*; ([\d.]+) s ",
+        first.output,
+        re.M,
+    )
+    assert line, first.output[-3000:]
+    assert "p2p to 127.0.0.1 " in line[0] and "EFA: not on this instance type" in line[0] and "devices: cpu" in line[0]
+    assert first.output.index(line[0]) < first.output.index("epoch 0 step 1/")
+    assert float(line[1]) > 0 and float(line[2]) < 10, line[0]
+    print(line[0])  # the measured cost, with -s
+    assert "pre-flight" not in second.output  # rank 0's line only
+
+
+def test_a_bandwidth_floor_above_the_network_fails_both_hosts_in_one_line(run_hosts, archive_dir, tiny):
+    """preflight=fail with a floor no network reaches: every host ends before training, naming the hosts and the
+    check, and no model is written."""
+    hps = {**tiny, "preflight": "fail", "preflight_min_busbw": "1000000"}
+    first, second = run_hosts(["localhost", "127.0.0.1"], hps, {"training": archive_dir})
+    for host in (first, second):
+        assert host.returncode != 0, host.output[-3000:]
+        assert host.failure is not None and host.failure.count("\n") == 1, host.output[-3000:]
+        assert host.failure.startswith("pre-flight bandwidth check on hosts localhost, 127.0.0.1: all-reduce busbw ")
+        assert "below 1e+06 GB/s (preflight_min_busbw)" in host.failure, host.failure
+        assert "Traceback" not in host.output
+        assert os.listdir(host.path("model")) == []
+    assert "epoch 0 step" not in first.output
 
 
 CASES = {  # case: (hosts, current host, hyperparameters, channels, environment, expected failure line)
@@ -286,6 +317,40 @@ def test_a_rank_that_dies_fails_the_others_in_time(run_hosts, archive_dir, tiny)
     assert "killed with SIGKILL, most often by the kernel's out-of-memory killer" in second.failure
     assert "127.0.0.1" in first.failure, first.failure  # the host to look at
     assert os.listdir(first.path("model")) == [] and os.listdir(second.path("model")) == []
+
+
+def test_a_straggler_shows_then_its_hang_is_named_with_its_stack(run_hosts, archive_dir, tiny, tiny_job):
+    """Rank 1's steps take 2 s longer (a straggler): the progress lines name its host, and a warning says so; then
+    it sleeps at the start of step 5 (a deadlock in the project's code) while rank 0 waits in a collective:
+    both hosts end within the training timeout, not dist_timeout, with the same line naming the collective, rank 1,
+    its host and the function it is stuck in; rank 0's flight recorder dump is in the job's output."""
+    faults = [
+        {"class_path": "faults.Pace", "init_args": {"rank": 1, "seconds": 2.0}},
+        {"class_path": "faults.Hang", "init_args": {"rank": 1, "step": 5}},
+    ]
+    hps = {**tiny, "trainer.max_epochs": 3, "trainer.limit_train_batches": 5, "trainer.log_every_n_steps": 1,
+           "training_timeout": 10, "trainer.callbacks+": faults}  # fmt: skip
+    first, second = run_hosts(["localhost", "127.0.0.1"], hps, {"training": archive_dir}, env={"PYTHONPATH": PLUGINS})
+    assert first.returncode == second.returncode == 1, first.output[-3000:] + second.output[-3000:]
+    ratios = [float(r) for r in re.findall(run_sagemaker.METRICS["hosts:slowest_ratio"], first.output)]
+    assert ratios and ratios[-1] > stragglers.SLOW, first.output[-3000:]  # (2 s + a step) / a step
+    assert re.search(
+        r"hosts: slowest 127\.0\.0\.1 [\d.]+x the median\n(?!.*hosts: slowest localhost)", first.output, re.S
+    )
+    assert "warning: host 127.0.0.1 is a straggler" in first.output
+    assert first.output.count("ERROR: ") == 1  # the watchdog's line only: the lost peer after it is no second cause
+    said = (
+        r"gloo:\w+ #\d+ of process group default_pg did not finish within the training timeout of 10 s "
+        r"\(training_timeout\) on rank 0 \(localhost, step 5\); rank 1 on 127\.0\.0\.1 did not arrive: in "
+        r"on_train_batch_start \(faults\.py:\d+\) < .* at step 5, last entered #\d+$"
+    )
+    assert re.match(said, first.failure) and first.failure == second.failure, first.failure + second.failure
+    # the hang comes after the start of two hosts (about twice a one-host tiny job here) and 5 paced steps; 600 s
+    # (dist_timeout) not waited out
+    assert max(first.seconds, second.seconds) < 2 * tiny_job.seconds + 5 * 2 + 10 + 30
+    with open(first.path("output", "data", "flight_recorder", "rank_0"), "rb") as f:
+        dump = pickle.load(f)  # torchfrtrace's input: the collective rank 0 waited in, unfinished
+    assert any(not e["retired"] for e in dump["entries"]), dump["entries"][-3:]
 
 
 VENV_BIN = os.path.dirname(sys.executable)  # torchrun, as the toolkit runs it (found on PATH)
