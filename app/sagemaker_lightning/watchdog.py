@@ -3,7 +3,8 @@ on every host in one line that names the operation, the ranks and hosts that did
 
     training_timeout: null   # trainer.yaml: seconds; null: 10x the median step time, at least 120 s (dist_timeout
                              # until 10 steps are timed); dist_timeout stays the bound for joining
-    torchfrtrace $SM_OUTPUT_DATA_DIR/flight_recorder -p rank_   # the flight recorder's dump of every rank that ended
+    torchfrtrace $SM_OUTPUT_DATA_DIR/flight_recorder -p rank_   # the dumps of the ranks that ended (NCCL's; torch
+                                                                # 2.14.1's analyser fails on gloo's: pickle.load them)
 
 Each rank runs a thread that, every PERIOD_S, writes a heartbeat to the job's TCP store (its own connection, with a
 short timeout: a store that stops answering is named, not waited for): its host, step, the last collective it
@@ -296,7 +297,8 @@ class Watchdog:
 
                 os.makedirs(dump_dir(self.output_data_dir), exist_ok=True)
                 with open(os.path.join(dump_dir(self.output_data_dir), f"rank_{self.rank}"), "wb") as f:
-                    f.write(c10d._dump_fr_trace(True, True, False))  # with stacks: 1.4 s here, once
+                    # no stacks: symbolizing them takes the GIL, which a stuck main thread may hold (pytorch#167023)
+                    f.write(c10d._dump_fr_trace(True, False, False))
         failure.report(said)
         sys.stdout.flush()
         if self.rank == 0:
