@@ -90,6 +90,27 @@ def test_ranks_stop_together_at_the_step_or_validation_batch_the_signal_came_in(
     assert results == {0: expected, 1: expected}
 
 
+@pytest.mark.parametrize(("seconds_per_step", "agreed"), [(1e-6, [0, 1, 101, 201]), (0.0, [0, 1, 101, 201])])
+def test_agreements_are_at_most_most_steps_apart(seconds_per_step, agreed):
+    """A pace too fast to time (a microsecond a step, or a clock that does not move) proposes more steps than
+    MOST_STEPS: the next agreement comes after MOST_STEPS steps, so a stop after a pace that drops (a data stall)
+    waits that many steps at most. The agreement itself (one all-reduce) is left out: each rank proposes alone."""
+    trainer = SimpleNamespace(
+        world_size=2,
+        strategy=SimpleNamespace(launcher=None),
+        fit_loop=SimpleNamespace(epoch_loop=SimpleNamespace()),
+        _signal_connector=SimpleNamespace(received_sigterm=False, _sigterm_notifier_fn=None),
+    )
+    stop = flavor.made(signals.StopTogether, pytorch_lightning)()
+    stop.clock = lambda: step * seconds_per_step  # noqa: B023 (the step under way)
+    calls = []
+    stop.agree = lambda trainer, proposal: calls.append(step) or proposal  # noqa: B023
+    stop.setup(trainer, None, "fit")
+    for step in range(250):  # noqa: B007 (the clock and agree read it)
+        trainer.fit_loop.epoch_loop._broadcast_sigterm_tensor()
+    assert calls == agreed and signals.StopTogether.MOST_STEPS == 100
+
+
 def draws() -> tuple:
     return torch.rand(3).tolist(), np.random.rand(3).tolist(), [random.random() for _ in range(3)]
 
