@@ -202,8 +202,9 @@ class Watchdog:
             self.beat = now
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
-        self.step = trainer.global_step  # steps done: a rank stuck before this step's hooks reports the same number
-        self.since_ns = self.since_ns or time.time_ns()
+        if self.thread:
+            self.step = trainer.global_step  # steps done: a rank stuck before this step's hooks reports the same one
+            self.since_ns = self.since_ns or time.time_ns()
 
     def on_validation_batch_start(self, trainer, pl_module, batch, batch_idx, dataloader_idx=0):
         if self.thread:

@@ -154,6 +154,7 @@ def test_docker_stop_of_an_mpi_job_leaves_a_complete_checkpoint(image, archive_d
     output = finish(job, lines)
     assert stopped_with_checkpoint(output, ckpts, container) > 3
     assert partial_files(ckpts) == []
+    assert "pre-flight: 1 host × 2 processes; all-reduce busbw" in output  # pre-flight under mpirun too
 
 
 def test_a_frozen_host_is_named_and_every_host_ends(image, archive_dir, tmp_path):

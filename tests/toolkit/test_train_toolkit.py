@@ -384,6 +384,7 @@ def test_a_local_rank_killed_for_memory_is_named(run_hosts, archive_dir, tiny, t
     )
     assert host.failure is not None and host.failure.startswith(line), (host.failure, host.output[-3000:])
     assert host.failure.count("\n") == 1
+    assert "pre-flight: 1 host × 2 processes; all-reduce busbw" in host.output  # pre-flight under either launcher
 
 
 SMDDP = {"sagemaker_distributed_dataparallel_enabled": "true", "trainer.devices": "2", "trainer.accelerator": "cpu"}
