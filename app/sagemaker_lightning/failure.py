@@ -59,7 +59,9 @@ def argument_problem(message: str) -> str:
         return message.splitlines()[0]  # e.g. "Unrecognized arguments: --trainer.max_epochz 1" says it already
     expected = [  # each type of a Union, a Literal's values as they are: `(expected bool or one of 'a', 'b')`
         t.rsplit(".", 1)[-1] if t else f"one of {values}"
-        for t, values in re.findall(r"Expected an? (?:<class '([\w.]+)'>|typing\.Literal\[(.*?)\]$)", message, re.M)
+        for t, values in re.findall(
+            r"Expected an? (?:<class '([\w.]+)'>|typing\.Literal\[(.*?)\](?:\.|$))", message, re.M
+        )
         if t != "NoneType"
     ]
     return f"{keys}={value.group(1)} is not valid" + (f" (expected {' or '.join(expected)})" if expected else "")

@@ -157,7 +157,7 @@ def test_num_classes_is_linked_from_the_data_module(archive_dir):
         ({"last_checkpoint_every_n_steps": -1}, "last_checkpoint_every_n_steps=-1 is not a number of steps"),
         ({"training_timeout": 0}, "training_timeout=0 is not valid"),
         ({"training_timeout": -5}, "training_timeout=-5 is not valid"),
-        ({"preflight": "bogus"}, "preflight=bogus is not valid"),
+        ({"preflight": "bogus"}, "preflight=bogus is not valid (expected one of 'warn', 'fail', 'off')"),
         ({"model.arch": "vit_b_16"}, "model.arch='vit_b_16' cannot take the data's 32×32 images (Wrong image height!"),
         ({"model.arch": "inception_v3"}, "model.arch='inception_v3' cannot take the data's 32×32 images ("),
     ],
