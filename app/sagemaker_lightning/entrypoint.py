@@ -232,7 +232,7 @@ def main() -> int:
     signal.signal(signal.SIGINT, on_signal)
     for signum in pending[:1]:
         on_signal(signum, None)
-    code = None
+    code, cleared = None, False
     while True:  # reap every child, orphans included, until none is left or time is up
         try:
             pid, status = os.waitpid(-1, os.WNOHANG)
@@ -240,10 +240,12 @@ def main() -> int:
             break
         if pid == child.pid:
             code = os.waitstatus_to_exitcode(status)
-            if deadline is None:
-                deadline = time.monotonic() + LEFTOVER_GRACE_S
-                leftovers()
-        elif pid == 0:
+        # the command ended (and, after a stop, every trainer with its checkpoint): what it left gets a short grace.
+        # Waiting out the stop's instead held a stopped MPI job's container 110 s for its sshd
+        if code is not None and not cleared and not (stopped_by and signals.registered()):
+            cleared, deadline = True, min(deadline or float("inf"), time.monotonic() + LEFTOVER_GRACE_S)
+            leftovers()
+        if pid == 0:
             if deadline is not None and time.monotonic() > deadline:
                 break
             time.sleep(0.1)
