@@ -62,9 +62,10 @@ class RankReport:
 class LogLines:
     """Where there is no progress bar (stdout is not a terminal: CloudWatch, SageMaker's log streams), rank 0 prints
     `epoch E step S/T: train/loss=L images/s=R eta=H:MM:SS [hosts: slowest H Rx the median]`, one plain line each,
-    instead of carriage-return progress bars: after the first step (its rate includes the first step's one-off work), then every
-    trainer.log_every_n_steps steps and whenever `every_s` seconds have passed since the last line, so that a log
-    never stays silent for long, whatever the run's length (a single step longer than that: a line per step)."""
+    instead of carriage-return progress bars: after the first step (its rate includes the first step's one-off
+    work), then every trainer.log_every_n_steps steps and whenever `every_s` seconds have passed since the last line,
+    so that a log never stays silent for long, whatever the run's length (a single step longer than that: a line per
+    step)."""
 
     BASE = "callbacks.Callback"
 
