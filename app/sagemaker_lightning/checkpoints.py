@@ -9,18 +9,16 @@ checkpoint.dirpath may be an s3:// URL as well.
     python app/example/train.py ... --checkpoint.dirpath ckpts --last_checkpoint_every_n_steps 50
 """
 
-import json
 import os
 import time
-from collections.abc import Mapping
 
 import fsspec
 import fsspec.implementations.local
 
 from sagemaker_lightning import resume, sharding, watchdog
-from sagemaker_lightning.callbacks import say
 from sagemaker_lightning.failure import UserError
 from sagemaker_lightning.flavor import attribute
+from sagemaker_lightning.lines import say
 
 PREVIOUS = "last-previous.ckpt"  # last.ckpt's predecessor, kept while last.ckpt is replaced and uploaded
 
@@ -198,17 +196,3 @@ def keep_previous(path: str) -> None:
         os.replace(partial, target)
     else:
         fs.copy(source, target)
-
-
-CONFIG = "checkpointconfig.json"  # SageMaker's checkpoint settings in the job's config directory, when it has any
-
-
-def local_path(env: Mapping[str, str]) -> str | None:
-    """The checkpoint directory the job's CheckpointConfig names (checkpoint_local_path in the SDKs): its LocalPath in
-    checkpointconfig.json, the file SageMaker writes beside hyperparameters.json (AWS's smdebug reads it there)."""
-    path = os.path.join(env.get("SM_INPUT_CONFIG_DIR", "/opt/ml/input/config"), CONFIG)
-    try:
-        with open(path) as f:
-            return json.load(f).get("LocalPath") or None
-    except (OSError, ValueError, AttributeError):
-        return None

@@ -43,6 +43,7 @@ from sagemaker_lightning import (
     failure,
     flavor,
     hyperparameters,
+    paths,
     precision,
     preflight,
     quiet,
@@ -51,12 +52,15 @@ from sagemaker_lightning import (
     sharded_checkpoints,
     sharding,
     signals,
+    stop,
     strategy,
     watchdog,
 )
-from sagemaker_lightning.callbacks import LinearLRScaling, LogLines, RankReport, say
 from sagemaker_lightning.export import Export
+from sagemaker_lightning.lines import say
 from sagemaker_lightning.plan import DEFAULT_TIMEOUT_S, Plan, check_world_size, make_plan
+from sagemaker_lightning.progress import LogLines, RankReport
+from sagemaker_lightning.scaling import LinearLRScaling
 
 SUBCOMMANDS = ("fit", "validate", "test", "predict")
 LOST_PEER_WAIT_S = 3  # for a process of Lightning's launcher to end, when this one failed in a collective
@@ -192,7 +196,7 @@ class LightningCLI:
         if isinstance(args, Mapping) or hasattr(args, "as_dict"):
             return super().parse_arguments(parser, args)  # a structured configuration: as the project gives it
         argv = list(sys.argv[1:] if args is None else args)
-        self.plan = make_plan(os.environ, _interfaces(), checkpoint_dir=checkpoints.local_path(os.environ))
+        self.plan = make_plan(os.environ, _interfaces(), checkpoint_dir=paths.checkpoint_dir(os.environ))
         if self.plan.on_sagemaker:
             argv = hyperparameters.merge(argv, hyperparameters.read(os.environ))
         position = _options_start(argv, parser)
@@ -239,7 +243,7 @@ class LightningCLI:
             trainer.accelerator,
             trainer.devices,
             config["dist_timeout"],
-            checkpoints.local_path(os.environ),
+            paths.checkpoint_dir(os.environ),
             bool(workers),
         )
         if self.plan.on_sagemaker:
@@ -274,11 +278,11 @@ class LightningCLI:
             timeouts = config["training_timeout"], self.plan.timeout_s
             watch = made(watchdog.Watchdog)(*timeouts, self.plan.host, self.plan.output_data_dir)
         callbacks = [
-            made(RankReport)(),
+            made(RankReport)(self.plan.host if self.plan.on_sagemaker else socket.gethostname()),
             made(LogLines)(hosts=watch),
             made(checkpoints.LastCheckpoint)(config["last_checkpoint_every_n_steps"], model_checkpoint, unprotected),
             made(Export)(config["model_dir"], self._config_yaml),
-            made(signals.StopTogether)(),
+            made(stop.StopTogether)(),
             made(preflight.Preflight)(self.plan, config["preflight"], config["preflight_min_busbw"]),
         ]
         if watch:

@@ -31,16 +31,13 @@ import sys
 import threading
 import time
 
-from sagemaker_lightning import failure, hyperparameters, signals, ssh
+from sagemaker_lightning import failure, hyperparameters, paths, signals, ssh
 from sagemaker_lightning.plan import DEFAULT_TIMEOUT_S, check_timeout
 
-BASE = os.environ.get("SAGEMAKER_BASE_DIR", "/opt/ml")
-RESOURCE_CONFIG = os.path.join(BASE, "input", "config", "resourceconfig.json")
-HYPERPARAMETERS = os.path.join(BASE, "input", "config", "hyperparameters.json")
-CODE = os.path.join(BASE, "code")  # the toolkit's code directory
-OUTPUT = os.path.join(BASE, "output")  # the failure file's directory
+RESOURCE_CONFIG = paths.resource_config(os.environ)
+CODE = paths.code_dir(os.environ)
+OUTPUT = paths.output_dir(os.environ)
 EXAMPLE = os.environ.get("SAGEMAKER_LIGHTNING_EXAMPLE", "/opt/sagemaker-lightning/example")  # the image's example
-PRELOAD_READS = "/opt/ml/input/config/resourceconfig.json"  # the one path the host-name library reads
 STOP_GRACE_S = 110  # after SIGTERM: SageMaker kills the container 120 s after signalling it
 LOG_TAIL_LINES = 300  # of the command's output, kept for the failure line: launchers print their summaries there
 LEFTOVER_GRACE_S = 10  # after the command ends: daemons it left (sshd for MPI) get this long to exit
@@ -99,7 +96,7 @@ def prepare_job(env: dict) -> None:
     with open(RESOURCE_CONFIG) as f:
         config = json.load(f)
     try:
-        with open(HYPERPARAMETERS) as f:
+        with open(paths.hyperparameters_file(os.environ)) as f:
             given = json.load(f)
     except FileNotFoundError:
         given = {}
@@ -126,7 +123,7 @@ def prepare_job(env: dict) -> None:
             f"which this container lacks; using {fallback!r}",
             flush=True,
         )
-    if RESOURCE_CONFIG != PRELOAD_READS:
+    if RESOURCE_CONFIG != paths.HOSTNAME_LIBRARY_READS:
         return  # a moved /opt/ml (SAGEMAKER_BASE_DIR, as in tests): the library would not find the file
     try:
         import gethostname  # sagemaker-training's preload library: gethostname() reads resourceconfig.json

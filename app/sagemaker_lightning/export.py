@@ -16,8 +16,8 @@ from collections.abc import Callable
 import torch
 
 from sagemaker_lightning import resume, sharding
-from sagemaker_lightning.callbacks import say
 from sagemaker_lightning.failure import UserError
+from sagemaker_lightning.lines import say
 
 
 def write(model_dir: str, state: dict, config_yaml: str) -> str:

@@ -17,6 +17,8 @@ import signal
 import sys
 from collections.abc import Callable, Mapping
 
+from sagemaker_lightning import paths
+
 SIGTERM_EXIT = 128 + signal.SIGTERM  # stopped, checkpoint saved: not a failure of the code
 
 
@@ -30,7 +32,7 @@ def report(message: str, env: Mapping[str, str] = os.environ, output_dir: str | 
     line = " ".join(str(message).split())
     sys.stderr.write(f"ERROR: {line}\n")  # one write: several ranks may fail at once into one stream
     sys.stderr.flush()
-    output_dir = output_dir or env.get("SM_OUTPUT_DIR")
+    output_dir = output_dir or paths.failure_dir(env)
     if output_dir:
         try:  # "x": the first process to fail names the cause; ranks failing after it are consequences
             with open(os.path.join(output_dir, "failure"), "x") as f:

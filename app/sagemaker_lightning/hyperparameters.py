@@ -12,9 +12,10 @@ which jsonargparse merges into the group) mean the same thing. Keys starting wit
 
 import ast
 import json
-import os
 from collections.abc import Mapping
 from typing import Any
+
+from sagemaker_lightning import paths
 
 FRAMEWORK_PREFIX = "sagemaker_"  # SageMaker's own parameters (sagemaker_program, sagemaker_submit_directory, ...)
 
@@ -36,9 +37,8 @@ def typed(value: Any) -> Any:
 
 def read(env: Mapping[str, str]) -> dict[str, Any]:
     """The job's hyperparameters, typed, without SageMaker's own; {} where there is no hyperparameters.json."""
-    path = os.path.join(env.get("SM_INPUT_CONFIG_DIR", "/opt/ml/input/config"), "hyperparameters.json")
     try:
-        with open(path) as f:
+        with open(paths.hyperparameters_file(env)) as f:
             raw = json.load(f)
     except (OSError, ValueError):
         return {}

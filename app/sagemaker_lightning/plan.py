@@ -4,7 +4,9 @@ Lightning, NCCL and gloo need to know.
 `make_plan` is a pure function from an environment (a mapping of variable names to strings) plus the trainer's
 resolved settings to an immutable Plan; `Plan.env` holds the variables to set. Nothing here starts a process,
 resolves a name or reads a file, so every rule is unit-tested as a table (tests/unit/test_plan.py). This is the only
-module that reads SageMaker's variables (SM_HOSTS, SM_CURRENT_HOST, SM_CHANNELS, ...).
+module that reads SageMaker's variables on hosts and ranks (SM_HOSTS, SM_CURRENT_HOST, SM_NUM_GPUS, ...); its paths
+come from paths.py, which instance types have EFA from instances.py. No torch: the start-up hook (autoenv.py) runs it
+in every Python process of the image.
 
 Who started this process (SageMaker's `distribution`, or SDK 3.x's driver):
   process   one process per host (no distribution; SDK 3.x's basic driver): ranks from the host list, and
@@ -22,25 +24,15 @@ import os
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 
-from sagemaker_lightning import watchdog
+from sagemaker_lightning import instances, paths
 from sagemaker_lightning.failure import UserError
 
 DEFAULT_MASTER_PORT = "29500"  # torch.distributed's own default; MASTER_PORT (or SDK 3.x's SM_MASTER_PORT) wins
 DEFAULT_CHANNEL = "training"  # the input channel that holds the data; DATA_CHANNEL in the environment names another
 DEFAULT_TIMEOUT_S = 600  # seconds a rank waits for the others (dist_timeout); torch's own default is 30 minutes
 MAX_TIMEOUT_S = 28 * 24 * 3600  # the longest a SageMaker job runs (MaxRuntimeInSeconds): no wait needs to be longer
-# EFA with GPUDirect RDMA (AWS EFA docs); "p6" covers p6-b200, p6e-gb200 and later sizes
-RDMA_FAMILIES = ("p4d", "p4de", "p5", "p5e", "p5en", "trn1", "trn1n", "trn2")
-# EFA without GPUDirect RDMA
-EFA_TYPES = (
-    "ml.g4dn.8xlarge",
-    "ml.g4dn.12xlarge",
-    "ml.g4dn.16xlarge",
-    "ml.g5.48xlarge",
-    "ml.g6.48xlarge",
-    "ml.g6e.48xlarge",
-    "ml.p3dn.24xlarge",
-)
+FR_BUFFER_SIZE = "256"  # collectives torch's flight recorder keeps per process: several steps of DDP; each watchdog
+# heartbeat reads them all (2,000: a 45 ms JSON dump every 2 s, 2 AMD EPYC cores, torch 2.14.1; 256: a few ms)
 
 
 @dataclass(frozen=True)
@@ -186,9 +178,8 @@ def network_env(env: Mapping[str, str], interfaces: Collection[str], workers: bo
         elif current is not None:
             out[var] = None  # a name that is not here: unset, and gloo/NCCL pick an interface themselves
     instance_type = env.get("SM_CURRENT_INSTANCE_TYPE", "")
-    family = instance_type.split(".")[1] if instance_type.count(".") == 2 else ""
-    rdma = family in RDMA_FAMILIES or family.startswith("p6")
-    if rdma or instance_type in EFA_TYPES:
+    rdma = instances.rdma(instance_type)
+    if instances.efa(instance_type):
         efa = {"FI_PROVIDER": "efa"}  # NCCL over EFA through the aws-ofi-nccl plugin
         if rdma:
             efa["FI_EFA_USE_DEVICE_RDMA"] = "1"  # GPUDirect RDMA between GPU memory and the EFA device
@@ -223,6 +214,16 @@ def _rank_env(env: Mapping[str, str], mode: str, names: list[str], node_rank: in
     return out
 
 
+def recorder_env(env: Mapping[str, str], output_data_dir: str | None) -> dict[str, str]:
+    """Torch's flight recorder, where the job sets none: a buffer, and (NCCL's own watchdog, at dist_timeout) a dump
+    into output.tar.gz's folder."""
+    out = {} if "TORCH_FR_BUFFER_SIZE" in env else {"TORCH_FR_BUFFER_SIZE": FR_BUFFER_SIZE}
+    if output_data_dir and "TORCH_FR_DUMP_TEMP_FILE" not in env:
+        out["TORCH_FR_DUMP_TEMP_FILE"] = os.path.join(paths.flight_recorder_dir(output_data_dir), "rank_")
+        out.setdefault("TORCH_FR_DUMP_ON_TIMEOUT", env.get("TORCH_FR_DUMP_ON_TIMEOUT", "1"))
+    return out
+
+
 def check_timeout(seconds: int) -> int:
     """dist_timeout, when it is a wait torch can hold (timedelta overflows past 999,999,999 days) and a job can use."""
     if not 0 < seconds <= MAX_TIMEOUT_S:
@@ -244,7 +245,7 @@ def make_plan(
 ) -> Plan:
     """The plan for this process. `interfaces`: the network interfaces here; `accelerator`, `devices`: the trainer's
     settings (resolved from every source: YAML, --config, arguments); `checkpoint_dir`: the job's checkpoint_local_path
-    (checkpoints.local_path), when it names one; `workers`: whether DataLoader workers fork."""
+    (paths.checkpoint_dir), when it names one; `workers`: whether DataLoader workers fork."""
     check_timeout(timeout_s)  # off SageMaker too: the strategy gets it
     mode = launcher(env)
     if mode == "none":
@@ -263,10 +264,10 @@ def make_plan(
         node_rank = int(env["OMPI_COMM_WORLD_RANK"]) // per_host  # mpirun fills each host's slots in host order
     out = _rank_env(env, mode, names, node_rank, per_host)
     out.update(network_env(env, interfaces, workers))
-    out.update(watchdog.environment(env, env.get("SM_OUTPUT_DATA_DIR")))  # the flight recorder, named hangs
-    base = env.get("SAGEMAKER_BASE_DIR", "/opt/ml")  # the toolkit's root, movable for tests
-    if "SM_OUTPUT_DATA_DIR" in env:  # what a plain script writes under its default root lands in output.tar.gz
-        out["PL_TRAINER_DEFAULT_ROOT_DIR"] = env["SM_OUTPUT_DATA_DIR"]
+    output_data_dir = paths.output_data_dir(env)
+    out.update(recorder_env(env, output_data_dir))  # the flight recorder: hangs named (watchdog.py)
+    if output_data_dir:  # what a plain script writes under its default root lands in output.tar.gz
+        out["PL_TRAINER_DEFAULT_ROOT_DIR"] = output_data_dir
     return Plan(
         launcher=mode,
         hosts=tuple(names),
@@ -276,11 +277,11 @@ def make_plan(
         master_port=out.get("MASTER_PORT") or env.get("MASTER_PORT") or DEFAULT_MASTER_PORT,
         backend="smddp" if smddp_enabled(env) else None,
         timeout_s=timeout_s,
-        channels={name: env[f"SM_CHANNEL_{name.upper()}"] for name in json.loads(env.get("SM_CHANNELS") or "[]")},
+        channels=paths.channels(env),
         data_channel=env.get("DATA_CHANNEL", DEFAULT_CHANNEL),
-        checkpoint_dir=checkpoint_dir or os.path.join(base, "checkpoints"),
-        model_dir=env.get("SM_MODEL_DIR"),
-        output_data_dir=env.get("SM_OUTPUT_DATA_DIR"),
+        checkpoint_dir=checkpoint_dir or paths.default_checkpoint_dir(env),
+        model_dir=paths.model_dir(env),
+        output_data_dir=output_data_dir,
         env=out,
         instance_type=env.get("SM_CURRENT_INSTANCE_TYPE", ""),
         gpus=int(env.get("SM_NUM_GPUS") or 0),

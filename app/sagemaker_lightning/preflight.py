@@ -28,8 +28,8 @@ from dataclasses import dataclass, field
 import torch
 
 from sagemaker_lightning import instances
-from sagemaker_lightning.callbacks import say
 from sagemaker_lightning.failure import UserError
+from sagemaker_lightning.lines import say
 
 MiB = 1 << 20
 CPU_SIZES = (1 * MiB, 16 * MiB)  # gloo over TCP: well under a second on 2 CPU cores, loopback

@@ -21,8 +21,8 @@ import fsspec
 import fsspec.implementations.local
 import torch
 
-from sagemaker_lightning.callbacks import say
 from sagemaker_lightning.failure import UserError
+from sagemaker_lightning.lines import say
 
 NEEDED = ("state_dict", "optimizer_states", "loops", "global_step")  # what resuming a fit reads from a checkpoint
 TRIES = 3  # reads of a checkpoint that fail for a transient reason, before the job fails naming the file

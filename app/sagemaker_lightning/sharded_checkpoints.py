@@ -23,8 +23,8 @@ from pathlib import Path
 
 import torch.distributed.checkpoint as dcp
 
-from sagemaker_lightning.callbacks import say
 from sagemaker_lightning.failure import UserError
+from sagemaker_lightning.lines import say
 
 META = "meta.pt"  # Lightning's name for the non-tensor part of a sharded checkpoint
 SAVE = re.compile(r"step-(\d+)-(\d+)")

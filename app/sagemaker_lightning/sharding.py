@@ -50,9 +50,9 @@ try:
 except ImportError:  # torch 2.4 and 2.5 (the SMDDP flavors' base) keep FSDP2 under its first name
     from torch.distributed._composable.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionPolicy, fully_shard
 
-from sagemaker_lightning.callbacks import say
 from sagemaker_lightning.failure import UserError
 from sagemaker_lightning.flavor import attribute, made
+from sagemaker_lightning.lines import say
 from sagemaker_lightning.plan import DEFAULT_TIMEOUT_S
 from sagemaker_lightning.sharded_checkpoints import META, committer
 

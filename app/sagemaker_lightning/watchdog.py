@@ -8,7 +8,8 @@ on every host in one line that names the operation, the ranks and hosts that did
 
 Each rank runs a thread that, every PERIOD_S, writes a heartbeat to the job's TCP store (its own connection, with a
 short timeout: a store that stops answering is named, not waited for): its host, step, the last collective it
-entered in each process group (torch's flight recorder, TORCH_FR_BUFFER_SIZE: NCCL's, and gloo's in torch 2.14.1),
+entered in each process group (torch's flight recorder, TORCH_FR_BUFFER_SIZE: NCCL's, and gloo's in torch 2.14.1;
+plan.recorder_env sets it),
 what the runtime is doing (writing a checkpoint: a wait for it is no hang), and, when its main thread has made no
 progress for a period, that thread's innermost Python frames. A rank whose oldest unfinished collective is
 older than the timeout compares the heartbeats: the ranks that never entered that collective, or whose heartbeat
@@ -29,11 +30,9 @@ from collections import deque
 from collections.abc import Mapping
 from datetime import timedelta
 
-from sagemaker_lightning import failure, stragglers
-from sagemaker_lightning.callbacks import say
+from sagemaker_lightning import failure, paths, stragglers
+from sagemaker_lightning.lines import say
 
-FR_BUFFER_SIZE = "256"  # collectives the flight recorder keeps per process: several steps of DDP; each heartbeat
-# reads them all (2,000: a 45 ms JSON dump every 2 s, 2 AMD EPYC cores, torch 2.14.1; 256: a few ms)
 FLOOR_S = 120.0  # a derived timeout is at least this: a slow first batch of an epoch, validation's end, a save
 TIMES_MEDIAN = 10  # a derived timeout: this many median steps
 MEASURED_STEPS = 10  # steps timed before a derived timeout applies; dist_timeout until then
@@ -55,20 +54,6 @@ def busy(what: str):
         yield
     finally:
         _busy = None
-
-
-def environment(env: Mapping[str, str], output_data_dir: str | None) -> dict[str, str]:
-    """The flight recorder's settings, where the job sets none: a buffer, and (NCCL's own watchdog, at dist_timeout)
-    a dump into output.tar.gz's folder."""
-    out = {} if "TORCH_FR_BUFFER_SIZE" in env else {"TORCH_FR_BUFFER_SIZE": FR_BUFFER_SIZE}
-    if output_data_dir and "TORCH_FR_DUMP_TEMP_FILE" not in env:
-        out["TORCH_FR_DUMP_TEMP_FILE"] = os.path.join(dump_dir(output_data_dir), "rank_")
-        out.setdefault("TORCH_FR_DUMP_ON_TIMEOUT", env.get("TORCH_FR_DUMP_ON_TIMEOUT", "1"))
-    return out
-
-
-def dump_dir(output_data_dir: str) -> str:
-    return os.path.join(output_data_dir, "flight_recorder")
 
 
 def timeout_s(given: float | None, step_seconds: list[float], dist_timeout_s: float) -> float:
@@ -296,8 +281,10 @@ class Watchdog:
             with contextlib.suppress(Exception):
                 from torch._C import _distributed_c10d as c10d
 
-                os.makedirs(dump_dir(self.output_data_dir), exist_ok=True)
-                with open(os.path.join(dump_dir(self.output_data_dir), f"rank_{self.rank}"), "wb") as f:
+                os.makedirs(paths.flight_recorder_dir(self.output_data_dir), exist_ok=True)
+                with open(
+                    os.path.join(paths.flight_recorder_dir(self.output_data_dir), f"rank_{self.rank}"), "wb"
+                ) as f:
                     # no stacks: symbolizing them takes the GIL, which a stuck main thread may hold (pytorch#167023)
                     f.write(c10d._dump_fr_trace(True, False, False))
         failure.report(said)

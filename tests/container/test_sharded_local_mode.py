@@ -18,7 +18,7 @@ from test_reliability import finish, paced, read_until
 
 from model import ImageClassifier
 from sagemaker_lightning import sharded_checkpoints
-from sagemaker_lightning.callbacks import weights_digest
+from sagemaker_lightning.progress import weights_digest
 
 pytestmark = pytest.mark.container
 

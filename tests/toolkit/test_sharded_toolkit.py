@@ -12,7 +12,7 @@ import torch
 
 from model import ImageClassifier
 from sagemaker_lightning import sharded_checkpoints
-from sagemaker_lightning.callbacks import weights_digest
+from sagemaker_lightning.progress import weights_digest
 
 pytestmark = pytest.mark.toolkit
 

@@ -10,8 +10,8 @@ from pytorch_lightning.demos.boring_classes import BoringModel
 from torch.utils.data import DataLoader, TensorDataset
 
 import run_sagemaker
-from sagemaker_lightning.callbacks import LogLines
 from sagemaker_lightning.flavor import made
+from sagemaker_lightning.progress import LogLines
 
 pytestmark = pytest.mark.unit
 

@@ -1,5 +1,5 @@
 """What the runtime does at every training step, kept cheap (scripts/bench_overhead.py measures it) without losing
-what it is for: the stop agreement (signals.StopTogether) between two real gloo processes, the per-batch seeding
+what it is for: the stop agreement (stop.StopTogether) between two real gloo processes, the per-batch seeding
 (resumable.seed_all), and the hooks Lightning need not call (flavor.made).
 
     .venv/bin/pytest tests/unit/test_per_step.py
@@ -19,8 +19,9 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from pytorch_lightning.utilities.exceptions import SIGTERMException
 
-from sagemaker_lightning import flavor, resumable, signals
-from sagemaker_lightning.callbacks import LogLines
+from sagemaker_lightning import flavor, resumable
+from sagemaker_lightning.progress import LogLines
+from sagemaker_lightning.stop import StopTogether
 
 pytestmark = pytest.mark.unit
 
@@ -49,7 +50,7 @@ def agreeing(rank: int, port: int, out) -> None:
             fit_loop=SimpleNamespace(epoch_loop=SimpleNamespace()),
             _signal_connector=SimpleNamespace(received_sigterm=False, _sigterm_notifier_fn=None),
         )
-        stop = flavor.made(signals.StopTogether, pytorch_lightning)()
+        stop = flavor.made(StopTogether, pytorch_lightning)()
         stop.clock = lambda: call * PACE[rank]  # noqa: B023 (the call under way)
         stop.setup(trainer, None, "fit")
         decided[signalled, mode] = []
@@ -101,14 +102,14 @@ def test_agreements_are_at_most_most_steps_apart(seconds_per_step, agreed):
         fit_loop=SimpleNamespace(epoch_loop=SimpleNamespace()),
         _signal_connector=SimpleNamespace(received_sigterm=False, _sigterm_notifier_fn=None),
     )
-    stop = flavor.made(signals.StopTogether, pytorch_lightning)()
+    stop = flavor.made(StopTogether, pytorch_lightning)()
     stop.clock = lambda: step * seconds_per_step  # noqa: B023 (the step under way)
     calls = []
     stop.agree = lambda trainer, proposal: calls.append(step) or proposal  # noqa: B023
     stop.setup(trainer, None, "fit")
     for step in range(250):  # noqa: B007 (the clock and agree read it)
         trainer.fit_loop.epoch_loop._broadcast_sigterm_tensor()
-    assert calls == agreed and signals.StopTogether.MOST_STEPS == 100
+    assert calls == agreed and StopTogether.MOST_STEPS == 100
 
 
 def draws() -> tuple:

@@ -17,10 +17,10 @@ from torch.distributed.device_mesh import init_device_mesh
 import train
 from model import ImageClassifier
 from sagemaker_lightning import hyperparameters, sharded_checkpoints, sharding, strategy
-from sagemaker_lightning.callbacks import weights_digest
 from sagemaker_lightning.failure import UserError
 from sagemaker_lightning.flavor import attribute, made
 from sagemaker_lightning.plan import make_plan
+from sagemaker_lightning.progress import weights_digest
 
 pytestmark = pytest.mark.unit
 

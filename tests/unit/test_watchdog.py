@@ -5,7 +5,7 @@ import traceback
 import pytest
 
 from sagemaker_lightning import watchdog
-from sagemaker_lightning.plan import make_plan
+from sagemaker_lightning.plan import FR_BUFFER_SIZE, make_plan
 
 pytestmark = pytest.mark.unit
 
@@ -97,7 +97,7 @@ def test_a_stack_reads_innermost_first():
 
 def test_the_flight_recorder_is_on_for_sagemaker_jobs_unless_the_job_sets_it():
     env = {"SM_HOSTS": '["algo-1"]', "SM_CURRENT_HOST": "algo-1", "SM_OUTPUT_DATA_DIR": "/opt/ml/output/data"}
-    assert make_plan(env, set()).env["TORCH_FR_BUFFER_SIZE"] == watchdog.FR_BUFFER_SIZE
+    assert make_plan(env, set()).env["TORCH_FR_BUFFER_SIZE"] == FR_BUFFER_SIZE
     assert make_plan(env, set()).env["TORCH_FR_DUMP_TEMP_FILE"] == "/opt/ml/output/data/flight_recorder/rank_"
     assert "TORCH_FR_BUFFER_SIZE" not in make_plan({**env, "TORCH_FR_BUFFER_SIZE": "0"}, set()).env  # the job's own
 

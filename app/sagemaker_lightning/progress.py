@@ -1,27 +1,19 @@
-"""Callbacks the runtime's LightningCLI adds to every trainer: who-is-who, plain progress and validation lines, and
-the linear learning-rate rule. scripts/run_sagemaker.py's metric definitions read the progress and validation lines.
-Each is a mixin made into a Callback of the project's Lightning package (flavor.made).
+"""What a trainer says while it trains: who-is-who at the start, plain progress and validation lines (their formats
+and the metric definitions that read them: lines.py), and the weights each rank ends with. Each is a mixin made into
+a Callback of the project's Lightning package (flavor.made).
 
     python app/example/train.py ... | cat          # no terminal: progress lines (first step, every 30 s, every log_every_n_steps)
-    python app/example/train.py ... --scale_lr_by_world_size true   # lr × number of processes, logged once
 """
 
 import datetime
 import hashlib
-import os
-import socket
-import sys
 import time
 
 import torch
 from torch.distributed.tensor import DTensor
 
-
-def say(line: str) -> None:
-    """One write per line: ranks share one stdout, and print() writes the newline separately, so lines of
-    different ranks would interleave when stdout is unbuffered (PYTHONUNBUFFERED, as in the image)."""
-    sys.stdout.write(line + "\n")
-    sys.stdout.flush()
+from sagemaker_lightning import lines
+from sagemaker_lightning.lines import say
 
 
 def weights_digest(module: torch.nn.Module) -> str:
@@ -41,19 +33,18 @@ class RankReport:
 
     BASE = "callbacks.Callback"
 
+    def __init__(self, host: str):
+        self.host = host  # SageMaker's name for this host (algo-N), else the machine's
+
     def _say(self, trainer, what: str) -> None:
-        host = os.environ.get("SM_CURRENT_HOST", socket.gethostname())
-        say(f"rank {trainer.global_rank}/{trainer.world_size} host {host}: {what}")
+        say(f"rank {trainer.global_rank}/{trainer.world_size} host {self.host}: {what}")
 
     def setup(self, trainer, pl_module, stage):
         self._say(trainer, f"node_rank {trainer.node_rank} local_rank {trainer.local_rank}")
 
     def on_validation_epoch_end(self, trainer, pl_module):
         if trainer.is_global_zero and not trainer.sanity_checking:
-            metrics = " ".join(
-                f"{k}={v:.4f}" for k, v in sorted(trainer.callback_metrics.items()) if k.startswith("val/")
-            )
-            say(f"epoch {trainer.current_epoch} step {trainer.global_step}: {metrics}")
+            say(lines.validation(trainer.current_epoch, trainer.global_step, trainer.callback_metrics))
 
     def on_fit_end(self, trainer, pl_module):
         self._say(trainer, f"weights {weights_digest(pl_module)} at step {trainer.global_step}")
@@ -91,28 +82,5 @@ class LogLines:
         total = trainer.estimated_stepping_batches
         eta = datetime.timedelta(seconds=round((total - step) * seconds_per_step)) if total != float("inf") else "?"
         loss = outputs["loss"].item()
-        say(
-            f"epoch {trainer.current_epoch} step {step}/{total}: train/loss={loss:.4f} "
-            f"images/s={images / seconds_per_step:.1f} eta={eta}{self.hosts.spread if self.hosts else ''}"
-        )
-
-
-class LinearLRScaling:
-    """The linear scaling rule (Goyal et al., 2017): with batch_size per process, the global batch grows with
-    the world size, and so does the learning rate. Applied once, before a resumed checkpoint restores the
-    optimizers (whose saved learning rates are already scaled)."""
-
-    BASE = "callbacks.Callback"
-
-    def on_fit_start(self, trainer, pl_module):
-        factor = trainer.world_size
-        for optimizer in trainer.optimizers:
-            for group in optimizer.param_groups:
-                for key in ("lr", "initial_lr"):  # initial_lr: where a scheduler starts from
-                    if key in group:
-                        group[key] *= factor
-        for config in trainer.lr_scheduler_configs:
-            config.scheduler.base_lrs = [lr * factor for lr in config.scheduler.base_lrs]
-        if trainer.is_global_zero and trainer.optimizers:  # the peak: a scheduler's initial_lr, else the lr
-            lrs = ", ".join(f"{g.get('initial_lr', g['lr']):g}" for g in trainer.optimizers[0].param_groups)
-            say(f"learning rate × world size {factor} (linear scaling): {lrs}")
+        spread = self.hosts.spread if self.hosts else ""
+        say(lines.progress(trainer.current_epoch, step, total, loss, images / seconds_per_step, eta, spread))

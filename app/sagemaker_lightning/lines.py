@@ -1,0 +1,36 @@
+"""The runtime's log lines: how one is written (`say`), the formats of the lines that SageMaker reads into CloudWatch
+metrics and tuning objectives, and the regular expressions that read them (METRICS, which scripts/run_sagemaker.py
+sends as the job's metric definitions). Each format stands next to its expression, so one cannot change without the
+other; tests/toolkit checks them against the lines of real runs. No torch: PID 1 and the launch plan print too.
+
+    python -c "from sagemaker_lightning import lines; print(lines.progress(0, 5, 100, 0.5, 12.5, '0:00:19', ''))"
+"""
+
+import sys
+
+# SageMaker's metric definitions: name → the expression whose first group is the value, in the lines below
+METRICS = {
+    "train:loss": r"train/loss=([0-9.]+)",
+    "train:images_per_second": r"images/s=([0-9.]+)",
+    "validation:loss": r"val/loss=([0-9.]+)",
+    "validation:accuracy": r"val/acc=([0-9.]+)",
+    "hosts:slowest_ratio": r"hosts: slowest \S+ ([0-9.]+)x",  # the slowest host's own time per step / the median's
+}
+
+
+def say(line: str) -> None:
+    """One write per line: ranks share one stdout, and print() writes the newline separately, so lines of
+    different ranks would interleave when stdout is unbuffered (PYTHONUNBUFFERED, as in the image)."""
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+
+
+def progress(epoch: int, step: int, total, loss: float, images_per_s: float, eta, spread: str) -> str:
+    """A training progress line; `spread`: the hosts' words (stragglers.words), '' without them."""
+    return f"epoch {epoch} step {step}/{total}: train/loss={loss:.4f} images/s={images_per_s:.1f} eta={eta}{spread}"
+
+
+def validation(epoch: int, step: int, metrics: dict[str, float]) -> str:
+    """Rank 0's line after each validation: the `val/` metrics, sorted by name."""
+    shown = " ".join(f"{k}={v:.4f}" for k, v in sorted(metrics.items()) if k.startswith("val/"))
+    return f"epoch {epoch} step {step}: {shown}"

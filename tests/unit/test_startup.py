@@ -1,0 +1,72 @@
+"""The start-up path imports no torch: PID 1 (entrypoint, ssh, the stop registry), the start-up hook every Python
+process of the image runs (autoenv), the launch plan, hyperparameters, the paths, the instance table, the failure
+tables and the log lines. Each is imported in a fresh interpreter where torch and Lightning cannot be imported at all,
+and the hook is run on a SageMaker host's environment."""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+pytestmark = pytest.mark.unit
+
+LIGHT = (
+    "sagemaker_lightning",
+    "sagemaker_lightning.entrypoint",
+    "sagemaker_lightning.ssh",
+    "sagemaker_lightning.signals",
+    "sagemaker_lightning.autoenv",
+    "sagemaker_lightning.plan",
+    "sagemaker_lightning.hyperparameters",
+    "sagemaker_lightning.paths",
+    "sagemaker_lightning.instances",
+    "sagemaker_lightning.failure",
+    "sagemaker_lightning.lines",
+    "sagemaker_lightning.flavor",
+    "sagemaker_lightning.quiet",
+)
+HEAVY = ("torch", "lightning", "pytorch_lightning", "lightning_fabric", "numpy")  # none of them on the start-up path
+
+# Any import of HEAVY fails, naming the module that asked for it
+BLOCK = textwrap.dedent(
+    f"""
+    import importlib.abc, sys, traceback
+    class Refuse(importlib.abc.MetaPathFinder):
+        def find_spec(self, name, path, target=None):
+            if name.split(".")[0] in {HEAVY!r}:
+                importer = [f.filename for f in traceback.extract_stack() if "sagemaker_lightning" in f.filename]
+                raise ImportError(f"{{name}} imported by {{importer[-1] if importer else '?'}}")
+    sys.meta_path.insert(0, Refuse())
+    """
+)
+
+
+def run(code: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-c", BLOCK + textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        env={"PATH": os.environ["PATH"], **(env or {})},  # none of the variables earlier tests left here
+    )
+
+
+@pytest.mark.parametrize("module", LIGHT)
+def test_the_module_imports_without_torch(module):
+    done = run(f"import importlib; importlib.import_module({module!r}); print('imported')")
+    assert done.returncode == 0 and done.stdout.strip() == "imported", done.stderr
+
+
+def test_the_start_up_hook_applies_the_plan_without_torch(tmp_path):
+    """On the second host of a SageMaker job the hook sets the rank variables, importing none of HEAVY."""
+    env = {"SM_HOSTS": '["algo-1","algo-2"]', "SM_CURRENT_HOST": "algo-2", "SM_NUM_GPUS": "0"}
+    env["SAGEMAKER_BASE_DIR"] = str(tmp_path)
+    done = run("import os, sagemaker_lightning.autoenv; print(os.environ['NODE_RANK'], os.environ['WORLD_SIZE'])", env)
+    assert done.returncode == 0 and done.stdout.split() == ["1", "2"], done.stderr
+
+
+def test_the_guard_itself_catches_an_import_of_torch():
+    """The check can fail: a module that imports torch is named."""
+    done = run("import sagemaker_lightning.progress")
+    assert done.returncode != 0 and "torch imported by" in done.stderr and "progress.py" in done.stderr
