@@ -28,8 +28,7 @@ from torch.utils.data import DataLoader, Dataset, DistributedSampler, Subset
 from torchvision import transforms as T
 from torchvision.transforms import functional as TF
 
-from sagemaker_lightning import UserError
-from sagemaker_lightning.resumable import ResumableDataLoader
+from sagemaker_lightning import ResumableDataLoader, UserError
 
 ARCHIVE = "cifar-10-python.tar.gz"
 FOLDER = "cifar-10-batches-py"

@@ -19,8 +19,7 @@ from torch.nn import functional as F
 from torch.utils.data import DistributedSampler
 
 from data import MEAN, PAD, SIZE, STD, CIFAR10Base, CIFAR10Files
-from sagemaker_lightning import UserError
-from sagemaker_lightning.resumable import ResumableEpoch
+from sagemaker_lightning import ResumableEpoch, UserError
 
 
 @dataclass

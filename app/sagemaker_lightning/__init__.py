@@ -8,18 +8,25 @@ On SageMaker it spans the job's hosts (whichever launcher started it: the traini
 3.x's driver), resumes from the checkpoint directory, checkpoints on SIGTERM, writes the best weights to the model
 directory, and fails with one line naming the cause. Off SageMaker it is Lightning's LightningCLI.
 
-Public API: LightningCLI, UserError (raise it for a problem the user can fix: reported as one line, no traceback).
-This module stays light (no torch import): the image's entrypoint and start-up hook import the package.
+Public API: LightningCLI, UserError (raise it for a problem the user can fix: reported as one line, no traceback),
+ResumableDataLoader and ResumableEpoch (training data that resumes exactly mid-epoch: checkpoints/loader.py).
+This module stays light (no torch import): the image's entrypoint and start-up hook import the package
+(tests/unit/test_startup.py).
 """
 
 from sagemaker_lightning.failure import UserError
 
-__all__ = ["LightningCLI", "UserError"]
+__all__ = ["LightningCLI", "ResumableDataLoader", "ResumableEpoch", "UserError"]
+HEAVY = {  # each imports torch (and Lightning): only when asked for
+    "LightningCLI": "sagemaker_lightning.cli",
+    "ResumableDataLoader": "sagemaker_lightning.checkpoints.loader",
+    "ResumableEpoch": "sagemaker_lightning.checkpoints.loader",
+}
 
 
 def __getattr__(name: str):
-    if name == "LightningCLI":  # imports torch and Lightning: only when asked for
-        from sagemaker_lightning.cli import LightningCLI
+    if name in HEAVY:
+        import importlib
 
-        return LightningCLI
+        return getattr(importlib.import_module(HEAVY[name]), name)
     raise AttributeError(f"module 'sagemaker_lightning' has no attribute {name!r}")

@@ -21,11 +21,7 @@ def apply(env=os.environ) -> None:
         plan = launch_plan.make_plan(env, {name for _, name in socket.if_nameindex()})
     except Exception:  # a bad environment: the runtime's CLI names it; a Python start never fails here
         return
-    for key, value in plan.env.items():
-        if value is None:
-            env.pop(key, None)
-        else:
-            env.setdefault(key, value)
+    plan.apply(env, override=False)
 
 
 apply()

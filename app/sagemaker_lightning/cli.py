@@ -25,46 +25,38 @@ is no terminal (callbacks.py), and only the warnings a user can act on (quiet.py
 """
 
 import functools
-import logging
 import os
-import re
 import socket
 import sys
-import tempfile
 import time
 import traceback
 from collections.abc import Mapping
-from typing import Literal
-
-from jsonargparse.typing import PositiveFloat
 
 from sagemaker_lightning import (
     checkpoints,
     failure,
     flavor,
     hyperparameters,
+    lifecycle,
     paths,
     precision,
     preflight,
+    progress,
     quiet,
-    resumable,
-    resume,
-    sharded_checkpoints,
+    scaling,
+    settings,
     sharding,
     signals,
     stop,
     strategy,
     watchdog,
 )
-from sagemaker_lightning.export import Export
+from sagemaker_lightning.checkpoints import loader
 from sagemaker_lightning.lines import say
-from sagemaker_lightning.plan import DEFAULT_TIMEOUT_S, Plan, check_world_size, make_plan
-from sagemaker_lightning.progress import LogLines, RankReport
-from sagemaker_lightning.scaling import LinearLRScaling
+from sagemaker_lightning.plan import Plan, check_world_size, global_rank_zero, make_plan
 
 SUBCOMMANDS = ("fit", "validate", "test", "predict")
 LOST_PEER_WAIT_S = 3  # for a process of Lightning's launcher to end, when this one failed in a collective
-SETTLE_S = 1.0  # after the process group is destroyed, for gloo's threads to let go of their last tensors (leave_process_group)
 DEFAULT_DATA_KEY = "data_dir"  # the data module's argument that receives the data channel, unless data_channels says
 
 
@@ -106,7 +98,7 @@ class LightningCLI:
             ):
                 raise  # --help, --print_config
             raise SystemExit(self.fail(e)) from None
-        leave_process_group()
+        lifecycle.leave_process_group()
         if self.plan.on_sagemaker:  # run=False: what the project's own code raises later gets the same treatment
             sys.excepthook = lambda kind, e, tb: sys.exit(self.fail(e, tb))
 
@@ -123,9 +115,9 @@ class LightningCLI:
             host=self.plan.host,
             rank=trainer.global_rank if trainer else os.environ.get("RANK", "?"),
             accelerator=self._setting("trainer.accelerator"),
-            cuda_available=_cuda_available(),
+            cuda_available=lifecycle.cuda_available(),
             help=f"python {os.path.basename(sys.argv[0])} --help",
-            ended=ended_children(trainer, wait_s=LOST_PEER_WAIT_S if isinstance(e, RuntimeError) else 0),
+            ended=lifecycle.ended_children(trainer, wait_s=LOST_PEER_WAIT_S if isinstance(e, RuntimeError) else 0),
         )
         if show_traceback:
             traceback.print_exception(type(e), e, tb or e.__traceback__)
@@ -148,49 +140,7 @@ class LightningCLI:
 
     def add_default_arguments_to_parser(self, parser) -> None:
         super().add_default_arguments_to_parser(parser)
-        parser.add_lightning_class_args(flavor.attribute(self.pl, "callbacks.ModelCheckpoint"), "checkpoint")
-        # TensorBoard, the trainer's logger unless trainer.logger names another (or false), as Lightning's default
-        # is (lightning_logs/ under trainer.default_root_dir) unless logger.save_dir says where
-        tensorboard = flavor.attribute(self.pl, "loggers.TensorBoardLogger")
-        parser.add_class_arguments(tensorboard, "logger", instantiate=False, skip={"save_dir"})
-        parser.add_argument("--logger.save_dir", type=str | None, default=None, help="TensorBoard's root directory")
-        parser.add_argument(
-            "--model_dir", type=str | None, default=None, help="where rank 0 writes model.pt and config.yaml after fit"
-        )
-        parser.add_argument(
-            "--last_checkpoint_every_n_steps",
-            type=int | None,
-            default=None,
-            help="last.ckpt every N optimizer steps, besides each epoch's end and SIGTERM (0: not by steps; "
-            "null: not by steps where SIGTERM reaches the trainer, else about every minute of training)",
-        )
-        parser.add_argument(
-            "--dist_timeout", type=int, default=DEFAULT_TIMEOUT_S, help="seconds a rank waits for the others"
-        )
-        parser.add_argument(
-            "--training_timeout",
-            type=PositiveFloat | None,
-            default=None,
-            help="seconds a collective may take once training runs (null: 10x the median step, at least 120 s)",
-        )
-        parser.add_argument(
-            "--preflight",
-            type=Literal["warn", "fail", "off"],
-            default="warn",
-            help="checks before the first step (preflight.py): device and EFA problems fail; a busbw below the floor "
-            "warns (warn) or fails (fail); off: none",
-        )
-        parser.add_argument(
-            "--preflight_min_busbw",
-            type=float | None,
-            default=None,
-            help="all-reduce busbw floor in GB/s; null: 80 %% of the published figure for the instance type and "
-            "host count, where there is one (instances.py)",
-        )
-        parser.add_argument(
-            "--scale_lr_by_world_size", type=bool, default=False, help="optimizer lr × number of processes"
-        )
-        parser.add_class_arguments(sharding.FSDPSettings, "fsdp")  # trainer.strategy=fsdp's settings (sharding.py)
+        settings.add_to(parser, self.pl)
 
     def parse_arguments(self, parser, args) -> None:
         if isinstance(args, Mapping) or hasattr(args, "as_dict"):
@@ -247,81 +197,63 @@ class LightningCLI:
             bool(workers),
         )
         if self.plan.on_sagemaker:
-            for key, value in self.plan.env.items():
-                if value is None:
-                    os.environ.pop(key, None)
-                else:
-                    os.environ[key] = value
+            self.plan.apply(os.environ, override=True)
             if trainer.num_nodes == 1:  # Lightning's default: the job's hosts (another number fails the world check)
                 trainer.num_nodes = len(self.plan.hosts)
             if trainer.devices in ("auto", -1, "-1", None):
                 trainer.devices = self.plan.processes_per_host
             if command := strategy.torchrun_command(self.plan, os.environ, sys.executable, sys.argv):
                 os.execv(command[0], command)  # LAUNCHER=torchrun: torchrun starts one process per device instead
-            _resolvable(self.plan.master_addr)
-            if _global_rank_zero(self.plan, os.environ):
+            lifecycle.check_resolvable(self.plan.master_addr)
+            if global_rank_zero(self.plan, os.environ):
                 say(self.plan.line())
             signals.register(os.getpid())  # the image's entrypoint passes SIGTERM on to this process
             if self.plan.launcher == "process":
-                EndedChild(self.plan).attach()  # a local rank killed for memory is named, not this process
-        check_writable({k: config.get(k) for k in ("model_dir", "checkpoint.dirpath", "logger.save_dir")})
+                lifecycle.EndedChild(self.plan).attach()  # a local rank killed for memory is named, not this process
+        lifecycle.check_writable({k: config.get(k) for k in ("model_dir", "checkpoint.dirpath", "logger.save_dir")})
         super().instantiate_classes()
         self._stage = "train"
 
     def instantiate_trainer(self, **kwargs):
-        config = self._subconfig()
+        """The trainer with the runtime's concerns, in this order (each module's entry gives its part)."""
+        config, given = self._subconfig(), self._get(self.config_init, "trainer", default={})
+        pl, plan, rank_zero = self.pl, self.plan, global_rank_zero(self.plan, os.environ)
         model_checkpoint = self._get(self.config_init, "checkpoint")
-        unprotected = None if not self.plan.on_sagemaker or signals.forwarded() else signals.why_unreached()
-        made = functools.partial(flavor.made, pl=self.pl)
-        watch = None
-        if self.plan.on_sagemaker:  # a hang names itself, stragglers show (watchdog.py)
-            timeouts = config["training_timeout"], self.plan.timeout_s
-            watch = made(watchdog.Watchdog)(*timeouts, self.plan.host, self.plan.output_data_dir)
-        callbacks = [
-            made(RankReport)(self.plan.host if self.plan.on_sagemaker else socket.gethostname()),
-            made(LogLines)(hosts=watch),
-            made(checkpoints.LastCheckpoint)(config["last_checkpoint_every_n_steps"], model_checkpoint, unprotected),
-            made(Export)(config["model_dir"], self._config_yaml),
-            made(stop.StopTogether)(),
-            made(preflight.Preflight)(self.plan, config["preflight"], config["preflight_min_busbw"]),
+        kwargs.update(
+            strategy.arguments(pl, plan, given, list(given.get("plugins") or []), self._get(self.config_init, "fsdp"))
+        )
+        resume_point = checkpoints.resume_point(
+            model_checkpoint, self.model, sharding.sharded(kwargs.get("strategy")), rank_zero
+        )
+        watch = watchdog.callbacks(pl, plan, config)  # a hang names itself, stragglers show (health)
+        kwargs["callbacks"] = [
+            *(given.get("callbacks") or []),
+            *progress.callbacks(pl, plan, hosts=next(iter(watch), None)),  # rank lines, progress lines
+            *checkpoints.callbacks(pl, plan.on_sagemaker, config, model_checkpoint, resume_point, self._config_yaml),
+            *stop.callbacks(pl),  # every rank stops at the same step
+            *preflight.callbacks(pl, plan, config),  # before the first step
+            *watch,
+            *scaling.callbacks(pl, config),  # scale_lr_by_world_size
         ]
-        if watch:
-            callbacks.append(watch)
-        if config["scale_lr_by_world_size"]:
-            callbacks.append(made(LinearLRScaling)())
-        trainer_config = self._get(self.config_init, "trainer", default={})
-        if "precision" in trainer_config:  # a trainer class of the project's may not take it
-            self.precision = _precision(trainer_config)
+        kwargs["plugins"] = [*kwargs.get("plugins", given.get("plugins") or []), *checkpoints.plugins(pl, resume_point)]
+        if "precision" in given:  # a trainer class of the project's may not take it
+            self.precision = precision.for_trainer(given)
             kwargs["precision"] = self.precision.precision
-            if _global_rank_zero(self.plan, os.environ):
+            if rank_zero:
                 say(self.precision.line())
-        kwargs["callbacks"] = [*(trainer_config.get("callbacks") or []), *callbacks]
-        if trainer_config.get("logger") in (None, True):
+        if given.get("logger") in (None, True):  # TensorBoard, unless trainer.logger names another
             logger = self._get(self.config_init, "logger").as_dict()
-            root = logger.pop("save_dir") or trainer_config.get("default_root_dir") or os.getcwd()
-            kwargs["logger"] = flavor.attribute(self.pl, "loggers.TensorBoardLogger")(root, **logger)
-        checkpoint_io = made(checkpoints.AtomicCheckpointIO)()
-        kwargs["plugins"] = [*(trainer_config.get("plugins") or []), checkpoint_io]
-        fsdp = self._get(self.config_init, "fsdp")
-        kwargs.update(strategy.arguments(self.pl, self.plan, trainer_config, kwargs["plugins"], fsdp))
-        if trainer_config.get("enable_progress_bar") is None:  # carriage returns make a mess of log files
+            root = logger.pop("save_dir") or given.get("default_root_dir") or os.getcwd()
+            kwargs["logger"] = flavor.attribute(pl, "loggers.TensorBoardLogger")(root, **logger)
+        if given.get("enable_progress_bar") is None:  # carriage returns make a mess of log files
             kwargs["enable_progress_bar"] = sys.stdout.isatty()
         trainer = super().instantiate_trainer(**kwargs)
-        check_world_size(self.plan, trainer.num_nodes, trainer.num_devices)
-        if self.plan.on_sagemaker:
-            overridden = flavor.attribute(self.pl, "utilities.model_helpers.is_overridden")
-            resumable.make_training_loader_resumable(self.datamodule or self.model, trainer, overridden)
-        if model_checkpoint and model_checkpoint.dirpath:
-            dirpath = model_checkpoint.dirpath
-            if sharding.sharded(trainer.strategy):  # fsdp: the newest complete sharded save in last.ckpt/
-                path = sharded_checkpoints.resume_path(dirpath, trainer.is_global_zero)
-            else:  # global rank 0 chooses when the ranks have joined, every rank loads its choice (resume.py)
-                sharded_checkpoints.refuse_sharded(dirpath)
-                strict = getattr(self.model, "strict_loading", True)
-                checkpoint_io.resume = resume.ResumePoint(dirpath, self.model.state_dict(), strict)
-                path = checkpoint_io.resume.candidate
-            if path:
-                trainer.ckpt_path = path  # fit() resumes from it unless given another ckpt_path
+        check_world_size(plan, trainer.num_nodes, trainer.num_devices)
+        if plan.on_sagemaker:  # the training loader resumes mid-epoch
+            overridden = flavor.attribute(pl, "utilities.model_helpers.is_overridden")
+            loader.make_training_loader_resumable(self.datamodule or self.model, trainer, overridden)
+        if resume_point and resume_point.candidate:
+            trainer.ckpt_path = resume_point.candidate  # fit() resumes from it unless given another ckpt_path
         return trainer
 
     def _config_yaml(self) -> str:
@@ -345,108 +277,3 @@ def _options_start(argv: list[str], parser) -> int | None:
         else:
             return None  # a positional that is not a subcommand: the parser says what is wrong
     return None
-
-
-def leave_process_group() -> None:
-    """After a run that ended normally (every rank is past the export's broadcast: nothing pending, no peer gone), the
-    process group and its subgroups (fsdp's device meshes) are destroyed here, whatever the backend (Lightning destroys
-    NCCL's group at exit, not gloo's), and the process waits SETTLE_S with the GIL released: a gloo worker thread drops
-    its last collective's tensors just after the collective completes, and needs the GIL for it; if the interpreter is
-    finalizing by then, Python ends that thread mid-C++ and the finished job aborts (`terminate called without an
-    active exception`, exit -6). Two-host fsdp on 2 AMD EPYC cores, torch 2.14.1 (scripts/soak_exit.py): 3 of 48 runs
-    aborted with the group destroyed and no wait (at exit the group's threads still run: FSDP's state holds the
-    group), 0 of 60 with the wait (20 of them with another process keeping one core busy). Not after a failure: a peer
-    may be gone, and the teardown could wait for it."""
-    import torch.distributed
-
-    if torch.distributed.is_available() and torch.distributed.is_initialized():
-        torch.distributed.destroy_process_group()
-        time.sleep(SETTLE_S)
-
-
-def ended_children(trainer, wait_s: float = 0) -> list[tuple[int, int]]:
-    """(local rank, exit code) of each process that Lightning's process launcher started here (local ranks 1..) and
-    that ended with an error, waiting up to `wait_s` for one: a killed process's connections close before it ends."""
-    procs = getattr(getattr(getattr(trainer, "strategy", None), "launcher", None), "procs", None) or []
-    deadline = time.monotonic() + wait_s
-    while not (ended := [(rank, p.returncode) for rank, p in enumerate(procs, start=1) if p.poll()]):
-        if not procs or time.monotonic() > deadline:
-            break
-        time.sleep(0.1)
-    return ended
-
-
-class EndedChild(logging.Filter):
-    """Lightning's process launcher checks its processes every few seconds; when one has ended with an error it logs
-    so, then SIGKILLs them all, this one included (on GPUs the others wait in a collective meanwhile): the failure line
-    is written on that log record, before the kill."""
-
-    LOGGERS = [
-        f"{fabric}.strategies.launchers.subprocess_script" for fabric in ("lightning_fabric", "lightning.fabric")
-    ]
-    RECORD = re.compile(r"\[rank: (\d+)\] Child process with PID \d+ terminated with code (-?\d+)")
-
-    def __init__(self, plan: Plan):
-        super().__init__()
-        self.plan = plan
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        if found := self.RECORD.search(record.getMessage()):
-            local_rank, code = int(found[1]), int(found[2])
-            rank = self.plan.node_rank * self.plan.processes_per_host + local_rank
-            failure.report(failure.process_ended(self.plan.host, rank, local_rank, code))
-        return True
-
-    def attach(self) -> None:
-        for name in self.LOGGERS:
-            logger = logging.getLogger(name)
-            logger.setLevel(logging.INFO)  # the record is an INFO one: seen even where Lightning is made quieter
-            logger.addFilter(self)
-
-
-def _precision(trainer: Mapping) -> precision.Choice:
-    """trainer.precision when the project sets it, else the machine's (precision.py)."""
-    if trainer["precision"] is not None:
-        return precision.choose(None, trainer["precision"])
-    return precision.choose(
-        precision.probe(trainer.get("accelerator"), trainer.get("strategy")), strategy=trainer.get("strategy")
-    )
-
-
-def _global_rank_zero(plan: Plan, env: Mapping[str, str]) -> bool:
-    """Before the trainer exists: under the process launcher, Lightning's own processes for local ranks 1.. have
-    LOCAL_RANK; torchrun and mpirun give every process its RANK. Off SageMaker, whichever of those a launcher set
-    (SLURM's too) is 0, or none is set: a single process."""
-    if plan.launcher == "process":
-        return plan.node_rank == 0 and "LOCAL_RANK" not in env
-    if plan.launcher == "none":
-        return all(env.get(key, "0") == "0" for key in ("RANK", "LOCAL_RANK", "NODE_RANK", "SLURM_PROCID"))
-    return env.get("RANK") == "0"
-
-
-def check_writable(paths: Mapping[str, str | None]) -> None:
-    """Fail at the start, not after hours of training, when an output directory cannot be written."""
-    for key, path in paths.items():
-        if not path or "://" in path:
-            continue
-        try:
-            os.makedirs(path, exist_ok=True)
-            tempfile.TemporaryFile(dir=path).close()
-        except OSError as e:
-            raise failure.UserError(
-                f"{key}={path} cannot be written ({e.strerror}); point it at a writable directory"
-            ) from e
-
-
-def _resolvable(host: str) -> None:
-    try:
-        socket.gethostbyname(host)
-    except OSError as e:
-        raise failure.UserError(
-            f"cannot resolve the first host {host!r} ({e}); check the job's hosts and its network"
-        ) from e
-
-
-def _cuda_available() -> bool:
-    torch = sys.modules.get("torch")
-    return bool(torch and torch.cuda.is_available())

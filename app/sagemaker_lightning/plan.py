@@ -5,7 +5,7 @@ Lightning, NCCL and gloo need to know.
 resolved settings to an immutable Plan; `Plan.env` holds the variables to set. Nothing here starts a process,
 resolves a name or reads a file, so every rule is unit-tested as a table (tests/unit/test_plan.py). This is the only
 module that reads SageMaker's variables on hosts and ranks (SM_HOSTS, SM_CURRENT_HOST, SM_NUM_GPUS, ...); its paths
-come from paths.py, which instance types have EFA from instances.py. No torch: the start-up hook (autoenv.py) runs it
+come from paths.py, the network interfaces and EFA from network.py. No torch: the start-up hook (autoenv.py) runs it
 in every Python process of the image.
 
 Who started this process (SageMaker's `distribution`, or SDK 3.x's driver):
@@ -24,7 +24,7 @@ import os
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 
-from sagemaker_lightning import instances, paths
+from sagemaker_lightning import network, paths
 from sagemaker_lightning.failure import UserError
 
 DEFAULT_MASTER_PORT = "29500"  # torch.distributed's own default; MASTER_PORT (or SDK 3.x's SM_MASTER_PORT) wins
@@ -92,6 +92,17 @@ class Plan:
         }
         return {key: value for key, value in paths.items() if value}
 
+    def apply(self, env, override: bool) -> None:
+        """Set the plan's variables in `env` (os.environ): all of them (`override`: the runtime's LightningCLI, from
+        the resolved configuration), or only those not set yet (the start-up hook: a job's own settings stay)."""
+        for key, value in self.env.items():
+            if value is None:
+                env.pop(key, None)
+            elif override:
+                env[key] = value
+            else:
+                env.setdefault(key, value)
+
     def line(self) -> str:
         """The plan in one line, as rank 0 prints it at the start."""
         return (
@@ -150,43 +161,6 @@ def smddp_enabled(env: Mapping[str, str]) -> bool:
     """Whether the job asks for SMDDP (distribution smdistributed.dataparallel, or its framework parameter)."""
     params = json.loads(env.get("SM_FRAMEWORK_PARAMS") or "{}")
     return params.get("sagemaker_distributed_dataparallel_enabled") in (True, "true", "True")
-
-
-def _names_existing(variable: str, value: str, interfaces: Collection[str]) -> bool:
-    """Whether an *_SOCKET_IFNAME value selects an interface here: NCCL reads "^a,b" as an exclusion list,
-    "=a" as an exact name and "a" as a prefix; gloo reads exact names."""
-    if variable.startswith("NCCL") and value.startswith("^"):
-        return True
-    names = value.lstrip("=").split(",")
-    if variable.startswith("NCCL") and not value.startswith("="):
-        return any(i.startswith(n) for n in names for i in interfaces)
-    return all(n in interfaces for n in names)
-
-
-def network_env(env: Mapping[str, str], interfaces: Collection[str], workers: bool) -> dict[str, str | None]:
-    """Interface and EFA settings: only where neither the user nor the launcher set them, or set them to an
-    interface this container lacks (SDK 3.x local mode names "ethwe"; the PyTorch toolkit passes it on).
-    `workers`: whether DataLoader worker processes fork (they fail on huge-page EFA buffers)."""
-    out: dict[str, str | None] = {}
-    interface = env.get("SM_NETWORK_INTERFACE_NAME")
-    for var in ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME"):
-        current = env.get(var)
-        if current is not None and _names_existing(var, current, interfaces):
-            continue
-        if interface in interfaces:
-            out[var] = interface
-        elif current is not None:
-            out[var] = None  # a name that is not here: unset, and gloo/NCCL pick an interface themselves
-    instance_type = env.get("SM_CURRENT_INSTANCE_TYPE", "")
-    rdma = instances.rdma(instance_type)
-    if instances.efa(instance_type):
-        efa = {"FI_PROVIDER": "efa"}  # NCCL over EFA through the aws-ofi-nccl plugin
-        if rdma:
-            efa["FI_EFA_USE_DEVICE_RDMA"] = "1"  # GPUDirect RDMA between GPU memory and the EFA device
-        if workers:
-            efa["FI_EFA_USE_HUGE_PAGE"] = "0"  # forked DataLoader workers fail on huge-page EFA buffers
-        out.update({k: v for k, v in efa.items() if k not in env})
-    return out
 
 
 def _rank_env(env: Mapping[str, str], mode: str, names: list[str], node_rank: int, per_host: int) -> dict[str, str]:
@@ -263,7 +237,7 @@ def make_plan(
             )
         node_rank = int(env["OMPI_COMM_WORLD_RANK"]) // per_host  # mpirun fills each host's slots in host order
     out = _rank_env(env, mode, names, node_rank, per_host)
-    out.update(network_env(env, interfaces, workers))
+    out.update(network.network_env(env, interfaces, workers))
     output_data_dir = paths.output_data_dir(env)
     out.update(recorder_env(env, output_data_dir))  # the flight recorder: hangs named (watchdog.py)
     if output_data_dir:  # what a plain script writes under its default root lands in output.tar.gz
@@ -302,3 +276,14 @@ def check_world_size(plan: Plan, num_nodes: int, devices_per_node: int) -> None:
             f"trainer.devices={devices_per_node} but the launcher started {plan.processes_per_host} processes per "
             "host; leave trainer.devices unset or set it to that number"
         )
+
+
+def global_rank_zero(plan: Plan, env: Mapping[str, str]) -> bool:
+    """Whether this process is global rank 0, before the trainer exists: under the process launcher, Lightning's own
+    processes for local ranks 1.. have LOCAL_RANK; torchrun and mpirun give every process its RANK. Off SageMaker,
+    whichever of those a launcher set (SLURM's too) is 0, or none is set: a single process."""
+    if plan.launcher == "process":
+        return plan.node_rank == 0 and "LOCAL_RANK" not in env
+    if plan.launcher == "none":
+        return all(env.get(key, "0") == "0" for key in ("RANK", "LOCAL_RANK", "NODE_RANK", "SLURM_PROCID"))
+    return env.get("RANK") == "0"

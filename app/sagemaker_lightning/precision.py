@@ -112,6 +112,13 @@ def _forks(strategy) -> bool:
     return "fork" in name or "notebook" in name
 
 
+def for_trainer(trainer) -> Choice:
+    """trainer.precision when the project sets it, else the machine's (probe, choose)."""
+    if trainer["precision"] is not None:
+        return choose(None, trainer["precision"])
+    return choose(probe(trainer.get("accelerator"), trainer.get("strategy")), strategy=trainer.get("strategy"))
+
+
 if __name__ == "__main__":
     machine = probe(sys.argv[1] if len(sys.argv) > 1 else None)
     print(machine)

@@ -29,6 +29,7 @@ import torch
 
 from sagemaker_lightning import instances
 from sagemaker_lightning.failure import UserError
+from sagemaker_lightning.flavor import made
 from sagemaker_lightning.lines import say
 
 MiB = 1 << 20
@@ -333,3 +334,7 @@ class Preflight:
                 if rank == 0:
                     measured.p2p[host] = gbs
         return measured
+
+
+def callbacks(pl, plan, config) -> list:
+    return [made(Preflight, pl)(plan, config["preflight"], config["preflight_min_busbw"])]

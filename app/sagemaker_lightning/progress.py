@@ -7,12 +7,14 @@ a Callback of the project's Lightning package (flavor.made).
 
 import datetime
 import hashlib
+import socket
 import time
 
 import torch
 from torch.distributed.tensor import DTensor
 
 from sagemaker_lightning import lines
+from sagemaker_lightning.flavor import made
 from sagemaker_lightning.lines import say
 
 
@@ -84,3 +86,9 @@ class LogLines:
         loss = outputs["loss"].item()
         spread = self.hosts.spread if self.hosts else ""
         say(lines.progress(trainer.current_epoch, step, total, loss, images / seconds_per_step, eta, spread))
+
+
+def callbacks(pl, plan, hosts=None) -> list:
+    """RankReport and LogLines; `hosts`: where the progress line's words on the hosts' spread are (the watchdog)."""
+    host = plan.host if plan.on_sagemaker else socket.gethostname()
+    return [made(RankReport, pl)(host), made(LogLines, pl)(hosts=hosts)]

@@ -4,6 +4,7 @@ Lightning package (flavor.made).
     python app/example/train.py ... --scale_lr_by_world_size true   # lr × number of processes, logged once
 """
 
+from sagemaker_lightning.flavor import made
 from sagemaker_lightning.lines import say
 
 
@@ -26,3 +27,8 @@ class LinearLRScaling:
         if trainer.is_global_zero and trainer.optimizers:  # the peak: a scheduler's initial_lr, else the lr
             lrs = ", ".join(f"{g.get('initial_lr', g['lr']):g}" for g in trainer.optimizers[0].param_groups)
             say(f"learning rate × world size {factor} (linear scaling): {lrs}")
+
+
+def callbacks(pl, config) -> list:
+    """LinearLRScaling when scale_lr_by_world_size is on."""
+    return [made(LinearLRScaling, pl)()] if config["scale_lr_by_world_size"] else []

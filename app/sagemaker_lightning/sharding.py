@@ -5,15 +5,7 @@ that resumes exactly, and a consolidated `model.pt` that loads into the plain mo
 pytorch_lightning projects alike: FullyShardedStrategy is a mixin made into a subclass of the project's package's
 ModelParallelStrategy (flavor.made).
 
-Why FSDP2 through Lightning's ModelParallelStrategy, not Lightning's FSDPStrategy: Lightning 2.6 refuses the
-strategy name `fsdp` and an exact FSDPStrategy unless the accelerator is CUDA (AcceleratorConnector.
-_check_strategy_and_fallback), and under that check torch 2.14's FSDP1 (`FullyShardedDataParallel`) refuses a module
-on the CPU without an explicit device_id ("FSDP needs a non-CPU accelerator device"). FSDP2 shards on a CPU device
-mesh with gloo as on a GPU one with NCCL, keeps parameter names (no `_fsdp_wrapped_module.` in state dicts) and
-checkpoints through torch.distributed.checkpoint (DCP), which reshards a checkpoint onto another number of processes;
-FSDP1's state-dict API, which Lightning's FSDPStrategy uses, warns that it is deprecated (torch 2.14).
-ModelParallelStrategy is not tied to CUDA, but asks every LightningModule to shard itself in `configure_model`;
-FullyShardedStrategy does that for any model instead (a model's own `configure_model` that shards still wins).
+Why FSDP2 through Lightning's ModelParallelStrategy, not its FSDPStrategy: docs/fsdp.md.
 
 Interface (the rest of the runtime wires these; docs/fsdp.md is the user's side):
     FSDPSettings                        the `fsdp` argument group (cli.py)
@@ -23,26 +15,20 @@ Interface (the rest of the runtime wires these; docs/fsdp.md is the user's side)
     full_state_dict(strategy, module)   every rank calls it; rank 0 gets the consolidated weights (export.py)
     callbacks.weights_digest            gathers sharded weights (DTensor.full_tensor), so every rank calls it
 
-Checkpoint layout and which save a job resumes from: sharded_checkpoints.py.
+Checkpoint layout, how a save is written and read, which one a job resumes from: checkpoints/sharded.py.
 
     python app/example/train.py --trainer.strategy fsdp --trainer.devices 2 --trainer.accelerator cpu \\
         --model.arch convnext_tiny --fsdp.activation_checkpointing true --checkpoint.dirpath ckpts --model_dir out
 """
 
 import contextlib
-import os
-import re
-import shutil
-import time
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import Literal
 
 import torch
-import torch.distributed.checkpoint as dcp
 from torch import nn
-from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
 try:
@@ -50,11 +36,11 @@ try:
 except ImportError:  # torch 2.4 and 2.5 (the SMDDP flavors' base) keep FSDP2 under its first name
     from torch.distributed._composable.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionPolicy, fully_shard
 
+from sagemaker_lightning.checkpoints import sharded as layout
 from sagemaker_lightning.failure import UserError
 from sagemaker_lightning.flavor import attribute, made
 from sagemaker_lightning.lines import say
 from sagemaker_lightning.plan import DEFAULT_TIMEOUT_S
-from sagemaker_lightning.sharded_checkpoints import META, committer
 
 # Blocks of torchvision's classification models, each sharded as one unit (gathered for its forward and backward,
 # then freed): ResNet/Wide ResNet/ResNeXt, ViT, ConvNeXt, Swin (v1, v2), EfficientNet (v1, v2) and MaxViT,
@@ -75,7 +61,6 @@ TORCHVISION_BLOCKS = (
     "_DenseLayer",
 )
 PRECISIONS = ("32-true", "32", "bf16-mixed", "bf16-true")  # 16-mixed needs a sharded gradient scaler: none for FSDP2
-MISFIT = re.compile(r"Missing key in checkpoint|Size mismatch between saved|Unexpected key")  # DCP's planner
 SMDDP = (
     "SMDDP does not run trainer.strategy=fsdp (AWS documents it with FSDP1 and SMP v2 on P4d/P4de; FSDP2 reduces "
     "with ReduceOp.AVG, which SMDDP refuses); use distribution torch_distributed or pytorchddp (NCCL)"
@@ -324,53 +309,12 @@ class FullyShardedStrategy:
     def save_checkpoint(self, checkpoint: dict, filepath, storage_options=None) -> None:
         if not self._save_distributed_checkpoint:
             return super().save_checkpoint(checkpoint, filepath, storage_options)  # one file, written by rank 0
-        root = Path(filepath)  # rank 0's path (ModelCheckpoint broadcasts it); on SageMaker each host's /opt/ml/...
-        name = self.broadcast(f"step-{checkpoint['global_step']:09d}-{time.time_ns()}")  # a new folder, never reused
-        target = root / name
-        state = {"state_dict": checkpoint.pop("state_dict")}
-        state.update({f"optimizer_{i}": s for i, s in enumerate(checkpoint.pop("optimizer_states", []))})
-        try:
-            dcp.save(state, checkpoint_id=target)  # each rank writes its file; rank 0 writes .metadata after all did
-        except CheckpointException as e:  # a full disk, say: reported as such
-            raise first_failure(e) from e
-        if self.global_rank == 0:
-            partial = target / f".{META}.partial"
-            torch.save({**checkpoint, "world_size": self.world_size}, partial)
-            os.replace(partial, target / META)
-        self.barrier()
-        # complete on every host: in each directory the first rank that wrote there removes the saves older than the
-        # complete one before this (it was written, or resumed from, by this run), and those cut short
-        if committer(os.listdir(target)) == self.global_rank:
-            for entry in os.listdir(root):
-                if entry not in (name, self._previous):
-                    shutil.rmtree(root / entry, ignore_errors=True)
-        self._previous = name
+        self._previous = layout.save(self, checkpoint, Path(filepath), self._previous)
 
     def load_checkpoint(self, checkpoint_path, weights_only=None) -> dict:
-        path = Path(self.broadcast(str(checkpoint_path)))
+        path = Path(self.broadcast(str(checkpoint_path)))  # rank 0's choice (resume.ResumePoint)
         self._previous = path.name  # complete: kept beside the next save
-        try:
-            checkpoint = super().load_checkpoint(path, weights_only)
-        except CheckpointException as e:
-            cause = first_failure(e)
-            if MISFIT.search(str(cause)):
-                raise UserError(
-                    f"{path} does not fit this model ({str(cause).splitlines()[0][:200]}); resume with the model it "
-                    "was saved from, or point checkpoint.dirpath elsewhere to start over"
-                ) from e
-            raise cause from e
-        saved = checkpoint.get("world_size", self.world_size)
-        if saved != self.world_size and self.global_rank == 0:  # DCP reshards; a full file fits any world size
-            say(
-                f"resumed a checkpoint of {saved} processes on {self.world_size}: weights and optimizer state "
-                "resharded; the rest of this epoch's batches differ from an uninterrupted run's"
-            )
-        return checkpoint
-
-
-def first_failure(e: CheckpointException) -> BaseException:
-    """The exception of the lowest failing rank: DCP's own is a BaseException that no `except Exception` sees."""
-    return e.failures[min(e.failures)][0]
+        return layout.load(self, path, lambda: super(FullyShardedStrategy, self).load_checkpoint(path, weights_only))
 
 
 def rebind(optimizers: list, unsharded: dict[int, tuple[str, nn.Parameter]], params: dict[str, nn.Parameter]) -> None:

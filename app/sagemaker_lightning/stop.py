@@ -12,22 +12,10 @@ from sagemaker_lightning import flavor
 
 
 class StopTogether:
-    """Every rank stops at the same step when SIGTERM reaches the hosts at different moments (SageMaker signals each
-    host's PID 1 on its own). Lightning 2.6's handler broadcasts from inside the signal handler
-    (`_SignalConnector._sigterm_notifier_fn`): a rank signalled while its peers are inside another collective (DDP's
-    gradient all-reduce, FSDP's all-gathers) pairs that broadcast with the wrong operation, and its process dies
-    without a checkpoint (seen with fsdp on two local-mode hosts stopped by `docker stop`, gloo). Here the handler
-    only notes the signal, and the ranks agree (any rank signalled → all stop), where Lightning stops them all and
-    last.ckpt is saved:
-      - training: in place of the collective Lightning itself runs before every step with several ranks
-        (`_broadcast_sigterm_tensor`), one all-reduce of every rank's flag, but only at agreed steps, about
-        AGREE_EVERY_S of training apart: the ranks agree at each on the step of the next, so a stop comes at most
-        that long after its signal, and the steps between run no collective at all. A collective per step kept the
-        ranks in lockstep: 0.83× Lightning's steps/s on 2 CPU processes, 1.14× without (scripts/bench_overhead.py);
-      - validation batches (sanity checks included): after each, so a validation longer than SageMaker's 120 s
-        grace ends after the batch the stop came in, not in SIGKILL. Every rank runs as many validation batches as
-        the others (Lightning's distributed sampler pads them to the same count), so the ranks' all-reduces pair.
-    A lone process stops as Lightning stops it."""
+    """Every rank stops at the same step when SIGTERM reaches the hosts at different moments: Lightning's handler is
+    replaced by one that only notes the signal, and the ranks agree (any rank signalled → all stop) in one all-reduce
+    at agreed steps about AGREE_EVERY_S of training apart, and after each validation batch. Why, and what it costs:
+    docs/reliability.md, "The stop agreement". A lone process stops as Lightning stops it."""
 
     BASE = "callbacks.Callback"
     AGREE_EVERY_S = 0.25  # seconds of training steps from one agreement to the next: a stop's delay at most
@@ -81,3 +69,7 @@ class StopTogether:
 
     def on_validation_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0):
         self.agree(trainer)  # Lightning's evaluation loop stops after this batch once received_sigterm is set
+
+
+def callbacks(pl) -> list:
+    return [flavor.made(StopTogether, pl)()]

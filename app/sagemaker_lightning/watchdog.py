@@ -31,6 +31,7 @@ from collections.abc import Mapping
 from datetime import timedelta
 
 from sagemaker_lightning import failure, paths, stragglers
+from sagemaker_lightning.flavor import made
 from sagemaker_lightning.lines import say
 
 FLOOR_S = 120.0  # a derived timeout is at least this: a slow first batch of an epoch, validation's end, a save
@@ -292,3 +293,10 @@ class Watchdog:
         if self.rank == 0:
             time.sleep(2 * PERIOD_S)
         os._exit(1)
+
+
+def callbacks(pl, plan, config) -> list:
+    """The Watchdog on SageMaker: a hang names itself, stragglers show."""
+    if not plan.on_sagemaker:
+        return []
+    return [made(Watchdog, pl)(config["training_timeout"], plan.timeout_s, plan.host, plan.output_data_dir)]

@@ -17,7 +17,7 @@ from compose_jobs import containers, start_job
 from test_reliability import finish, paced, read_until
 
 from model import ImageClassifier
-from sagemaker_lightning import sharded_checkpoints
+from sagemaker_lightning.checkpoints import sharded
 from sagemaker_lightning.progress import weights_digest
 
 pytestmark = pytest.mark.container
@@ -74,8 +74,8 @@ def test_fsdp_on_two_local_mode_hosts_exports_and_resumes_exactly_after_sigkill_
     subprocess.run(["docker", "kill", *containers(job.folder)], check=True, capture_output=True)
     finish(job, lines)
     assert job.returncode != 0
-    save, _ = sharded_checkpoints.newest_complete(ckpts / "last.ckpt")
-    step = torch.load(save / sharded_checkpoints.META, weights_only=False)["global_step"]
+    save, _ = sharded.newest_complete(ckpts / "last.ckpt")
+    step = torch.load(save / sharded.META, weights_only=False)["global_step"]
     assert 4 <= step < 12
 
     code, pace = paced(tmp_path, 0)
@@ -98,8 +98,8 @@ def test_fsdp_on_two_local_mode_hosts_exports_and_resumes_exactly_after_sigkill_
     # SIGTERM's (or the step's, when the stop came right after it), complete, one file per rank, and the one complete
     # save before it; the older ones removed
     before, save = sorted(os.listdir(ckpts / "last.ckpt"))
-    assert sharded_checkpoints.missing(ckpts / "last.ckpt" / before) == []
-    assert sharded_checkpoints.missing(ckpts / "last.ckpt" / save) == [] and save.startswith(f"step-{stopped_at:09d}-")
+    assert sharded.missing(ckpts / "last.ckpt" / before) == []
+    assert sharded.missing(ckpts / "last.ckpt" / save) == [] and save.startswith(f"step-{stopped_at:09d}-")
     assert {"__0_0.distcp", "__1_0.distcp"} <= set(os.listdir(ckpts / "last.ckpt" / save))
 
     job = start_job(image, archive_dir, tmp_path / "d", "--checkpoints", str(ckpts), *FSDP)

@@ -10,21 +10,23 @@ import torch
 from pytorch_lightning.demos.boring_classes import BoringModel
 from torch.utils.data import DataLoader, TensorDataset
 
-from sagemaker_lightning import checkpoints, resume
+from sagemaker_lightning.checkpoints import io as checkpoint_io
+from sagemaker_lightning.checkpoints import last as last_checkpoint
+from sagemaker_lightning.checkpoints import resume
 from sagemaker_lightning.flavor import made
 
 pytestmark = pytest.mark.unit
 
 
 def test_atomic_save_replaces_the_file_whole(tmp_path):
-    io, path = made(checkpoints.AtomicCheckpointIO, pytorch_lightning)(), tmp_path / "last.ckpt"
+    io, path = made(checkpoint_io.AtomicCheckpointIO, pytorch_lightning)(), tmp_path / "last.ckpt"
     io.save_checkpoint({"global_step": 1}, path)
     io.save_checkpoint({"global_step": 2}, path)
     assert torch.load(path, weights_only=True) == {"global_step": 2} and os.listdir(tmp_path) == ["last.ckpt"]
 
 
 def test_a_save_that_fails_midway_leaves_the_last_good_file(tmp_path):
-    io, path = made(checkpoints.AtomicCheckpointIO, pytorch_lightning)(), tmp_path / "last.ckpt"
+    io, path = made(checkpoint_io.AtomicCheckpointIO, pytorch_lightning)(), tmp_path / "last.ckpt"
     io.save_checkpoint({"global_step": 1}, path)
     with pytest.raises((AttributeError, pickle.PicklingError)):  # a local lambda cannot be pickled
         io.save_checkpoint({"global_step": 2, "unpicklable": lambda: None}, path)  # fails while writing
@@ -33,14 +35,14 @@ def test_a_save_that_fails_midway_leaves_the_last_good_file(tmp_path):
 
 @pytest.mark.parametrize("seconds, steps", [(0.5, 120), (2.0, 30), (61.0, 1), (1e-6, 60_000_000)])
 def test_the_interval_is_about_a_minute_of_steps(seconds, steps):
-    assert checkpoints.interval_steps(seconds) == steps
+    assert last_checkpoint.interval_steps(seconds) == steps
 
 
 def test_where_no_sigterm_arrives_last_ckpt_comes_by_measured_steps(tmp_path, capsys):
     """every_n_steps=None without SIGTERM: after the measured steps, an interval of about a minute of training
     (here, tiny steps: many), the same on every rank, and rank 0 names the bound."""
     model_checkpoint = pytorch_lightning.callbacks.ModelCheckpoint(dirpath=str(tmp_path))
-    last = made(checkpoints.LastCheckpoint, pytorch_lightning)(None, model_checkpoint, "PID 1 is bash")
+    last = made(last_checkpoint.LastCheckpoint, pytorch_lightning)(None, model_checkpoint, "PID 1 is bash")
     trainer = pytorch_lightning.Trainer(
         max_steps=6,
         callbacks=[model_checkpoint, last],
@@ -77,7 +79,7 @@ def test_last_checkpoint_saved_before_a_validation_names_the_best_after_it(tmp_p
     last.ckpt must not name the deleted file, or its export fails at the end (seen on a GPU, issue 13)."""
     data = DataLoader(TensorDataset(torch.ones(8, 1)), batch_size=1)
     best = pytorch_lightning.callbacks.ModelCheckpoint(dirpath=tmp_path, monitor="val/acc", mode="max", save_top_k=1)
-    last = made(checkpoints.LastCheckpoint, pytorch_lightning)(2, best)
+    last = made(last_checkpoint.LastCheckpoint, pytorch_lightning)(2, best)
     trainer = pytorch_lightning.Trainer(
         max_steps=4,
         val_check_interval=2,
@@ -100,7 +102,7 @@ def test_a_read_that_fails_for_a_transient_reason_is_tried_again_not_skipped(tmp
     """S3 throttling or a dropped connection (an OSError) is tried again: last.ckpt is resumed from, not taken for a
     corrupt file and passed over for an older one; a read that keeps failing, or memory running out, fails the job in
     one line instead."""
-    monkeypatch.setattr(resume, "RETRY_S", 0.01)
+    monkeypatch.setattr(checkpoint_io, "RETRY_S", 0.01)
     state = {"state_dict": {}, "optimizer_states": [], "loops": {}}
     torch.save({**state, "global_step": 4}, tmp_path / "last.ckpt")
     torch.save({**state, "global_step": 2}, tmp_path / "epoch=0-step=2.ckpt")
@@ -117,8 +119,10 @@ def test_a_read_that_fails_for_a_transient_reason_is_tried_again_not_skipped(tmp
     assert (
         f"reading {tmp_path}/last.ckpt failed (TimeoutError: Read timed out); trying again" in capsys.readouterr().out
     )
-    failures[:] = [OSError("SlowDown")] * resume.TRIES
-    with pytest.raises(checkpoints.UserError, match=r"cannot read .*/last.ckpt \(OSError: SlowDown\), tried 3 times"):
+    failures[:] = [OSError("SlowDown")] * checkpoint_io.TRIES
+    with pytest.raises(
+        last_checkpoint.UserError, match=r"cannot read .*/last.ckpt \(OSError: SlowDown\), tried 3 times"
+    ):
         resume.resume_path(str(tmp_path))
     failures[:] = [MemoryError()]
     with pytest.raises(MemoryError):

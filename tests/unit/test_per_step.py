@@ -1,6 +1,6 @@
 """What the runtime does at every training step, kept cheap (scripts/bench_overhead.py measures it) without losing
 what it is for: the stop agreement (stop.StopTogether) between two real gloo processes, the per-batch seeding
-(resumable.seed_all), and the hooks Lightning need not call (flavor.made).
+(loader.seed_all), and the hooks Lightning need not call (flavor.made).
 
     .venv/bin/pytest tests/unit/test_per_step.py
 """
@@ -19,7 +19,8 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from pytorch_lightning.utilities.exceptions import SIGTERMException
 
-from sagemaker_lightning import flavor, resumable
+from sagemaker_lightning import flavor
+from sagemaker_lightning.checkpoints import loader
 from sagemaker_lightning.progress import LogLines
 from sagemaker_lightning.stop import StopTogether
 
@@ -117,11 +118,11 @@ def draws() -> tuple:
 
 
 def test_seed_all_makes_each_generator_repeat_its_draws():
-    resumable.seed_all(hash((0, 1, 2)))
+    loader.seed_all(hash((0, 1, 2)))
     first = draws()
-    resumable.seed_all(hash((0, 1, 3)))
+    loader.seed_all(hash((0, 1, 3)))
     other = draws()
-    resumable.seed_all(hash((0, 1, 2)))
+    loader.seed_all(hash((0, 1, 2)))
     assert draws() == first
     assert all(a != b for a, b in zip(first, other, strict=True))  # each of torch's, numpy's and Python's was reseeded
 

@@ -6,7 +6,8 @@ import pytest
 
 from sagemaker_lightning import strategy
 from sagemaker_lightning.failure import UserError
-from sagemaker_lightning.plan import check_world_size, make_plan, network_env
+from sagemaker_lightning.network import network_env
+from sagemaker_lightning.plan import check_world_size, make_plan
 
 pytestmark = pytest.mark.unit
 

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from sagemaker_lightning import instances
-from sagemaker_lightning.plan import network_env
+from sagemaker_lightning.network import network_env
 from sagemaker_lightning.preflight import (
     Findings,
     Measured,

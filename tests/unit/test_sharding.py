@@ -16,7 +16,8 @@ from torch.distributed.device_mesh import init_device_mesh
 
 import train
 from model import ImageClassifier
-from sagemaker_lightning import hyperparameters, sharded_checkpoints, sharding, strategy
+from sagemaker_lightning import hyperparameters, sharding, strategy
+from sagemaker_lightning.checkpoints import sharded
 from sagemaker_lightning.failure import UserError
 from sagemaker_lightning.flavor import attribute, made
 from sagemaker_lightning.plan import make_plan
@@ -140,16 +141,16 @@ def test_a_class_is_named_by_its_name_or_its_module_path():
 
 
 def test_each_directory_is_tidied_by_the_first_rank_that_wrote_in_it():
-    assert sharded_checkpoints.committer(["__0_0.distcp", "__1_0.distcp", ".metadata", "meta.pt"]) == 0  # shared
-    assert sharded_checkpoints.committer(["__3_0.distcp", "__2_0.distcp"]) == 2  # a host's own directory
-    assert sharded_checkpoints.committer([".metadata"]) is None
+    assert sharded.committer(["__0_0.distcp", "__1_0.distcp", ".metadata", "meta.pt"]) == 0  # shared
+    assert sharded.committer(["__3_0.distcp", "__2_0.distcp"]) == 2  # a host's own directory
+    assert sharded.committer([".metadata"]) is None
 
 
 def save(folder, step: int, world_size: int = 2) -> str:
     """A sharded save as FullyShardedStrategy writes it, from one process (DCP without a process group)."""
     path = folder / f"step-{step:09d}-{step}"
     dcp.save({"state_dict": {"w": torch.full((4,), float(step))}}, checkpoint_id=path, no_dist=True)
-    torch.save({"global_step": step, "world_size": world_size}, path / sharded_checkpoints.META)
+    torch.save({"global_step": step, "world_size": world_size}, path / sharded.META)
     return str(path)
 
 
@@ -157,23 +158,23 @@ def test_resume_takes_the_newest_complete_save_and_skips_one_cut_short(tmp_path,
     last = tmp_path / "last.ckpt"
     save(last, 4)
     newest = save(last, 6)
-    assert sharded_checkpoints.resume_path(str(tmp_path)) == newest
-    os.remove(os.path.join(newest, sharded_checkpoints.META))  # killed between .metadata and meta.pt
-    assert sharded_checkpoints.resume_path(str(tmp_path)) == str(last / "step-000000004-4")
+    assert sharded.resume_path(str(tmp_path)) == newest
+    os.remove(os.path.join(newest, sharded.META))  # killed between .metadata and meta.pt
+    assert sharded.resume_path(str(tmp_path)) == str(last / "step-000000004-4")
     assert "not resuming from step-000000006-6 lacks meta.pt (a save cut short)" in capsys.readouterr().out
     os.remove(os.path.join(newest, ".metadata"))  # killed while the ranks wrote their files
-    assert sharded_checkpoints.missing(last / "step-000000006-6") == [".metadata"]
+    assert sharded.missing(last / "step-000000006-6") == [".metadata"]
 
 
-@pytest.mark.parametrize("cut", ["__0_0.distcp", sharded_checkpoints.META, ".metadata"])
+@pytest.mark.parametrize("cut", ["__0_0.distcp", sharded.META, ".metadata"])
 def test_a_save_with_a_file_cut_short_is_incomplete(tmp_path, cut):
     """An upload to S3 interrupted by a spot reclaim can bring a file back shorter than it was written."""
     path = save(tmp_path, 4)
     with open(os.path.join(path, cut), "r+b") as f:
         f.truncate(os.path.getsize(os.path.join(path, cut)) - 1)
-    (lacking,) = sharded_checkpoints.missing(tmp_path / os.path.basename(path))
+    (lacking,) = sharded.missing(tmp_path / os.path.basename(path))
     assert lacking.startswith(cut) and ("cut short" in lacking or "does not load" in lacking)
-    assert sharded_checkpoints.newest_complete(tmp_path)[0] is None
+    assert sharded.newest_complete(tmp_path)[0] is None
 
 
 def test_a_save_lacking_a_ranks_file_is_incomplete(tmp_path):
@@ -181,22 +182,22 @@ def test_a_save_lacking_a_ranks_file_is_incomplete(tmp_path):
     path = save(tmp_path, 4)
     (data,) = [f for f in os.listdir(path) if f.endswith(".distcp")]
     os.remove(os.path.join(path, data))
-    assert sharded_checkpoints.missing(tmp_path / os.path.basename(path)) == [data]
-    assert sharded_checkpoints.newest_complete(tmp_path)[0] is None
+    assert sharded.missing(tmp_path / os.path.basename(path)) == [data]
+    assert sharded.newest_complete(tmp_path)[0] is None
 
 
 def test_a_checkpoint_of_the_other_strategy_is_named_not_loaded(tmp_path):
-    assert sharded_checkpoints.resume_path(str(tmp_path)) is None
+    assert sharded.resume_path(str(tmp_path)) is None
     torch.save({}, tmp_path / "last.ckpt")
-    sharded_checkpoints.refuse_sharded(str(tmp_path))  # ddp's own file: for checkpoints.resume_path
+    sharded.refuse_sharded(str(tmp_path))  # ddp's own file: for checkpoints.resume_path
     with pytest.raises(UserError, match=r"last.ckpt was written by trainer.strategy=ddp .* resume it with ddp"):
-        sharded_checkpoints.resume_path(str(tmp_path))
+        sharded.resume_path(str(tmp_path))
     os.remove(tmp_path / "last.ckpt")
     save(tmp_path / "last.ckpt", 2)
     with pytest.raises(UserError, match="holds sharded saves of trainer.strategy=fsdp; resume it with"):
-        sharded_checkpoints.refuse_sharded(str(tmp_path))
+        sharded.refuse_sharded(str(tmp_path))
     with pytest.raises(UserError, match=r"checkpoint.dirpath=s3://b/c: trainer.strategy=fsdp writes its sharded"):
-        sharded_checkpoints.resume_path("s3://b/c")
+        sharded.resume_path("s3://b/c")
 
 
 @pytest.fixture
@@ -280,7 +281,7 @@ def test_a_lightning_pytorch_project_trains_resumes_and_exports_under_fsdp(tmp_p
     assert [n for n in os.listdir(tmp_path / "ckpts") if n.startswith("last")] == ["last.ckpt"]
     saves = sorted(os.listdir(tmp_path / "ckpts" / "last.ckpt"))  # the save at step 3 and the one before it
     assert [n[:14] for n in saves] == ["step-000000002", "step-000000003"]
-    assert all(sharded_checkpoints.missing(tmp_path / "ckpts" / "last.ckpt" / n) == [] for n in saves)
+    assert all(sharded.missing(tmp_path / "ckpts" / "last.ckpt" / n) == [] for n in saves)
     fit(5)
     assert "resuming at epoch 0 step 3 from last.ckpt" in capsys.readouterr().out
     state = torch.load(tmp_path / "model" / "model.pt", weights_only=True)

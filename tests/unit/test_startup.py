@@ -19,6 +19,7 @@ LIGHT = (
     "sagemaker_lightning.signals",
     "sagemaker_lightning.autoenv",
     "sagemaker_lightning.plan",
+    "sagemaker_lightning.network",
     "sagemaker_lightning.hyperparameters",
     "sagemaker_lightning.paths",
     "sagemaker_lightning.instances",

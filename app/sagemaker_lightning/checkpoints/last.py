@@ -4,7 +4,7 @@ atomically, its predecessor kept beside it.
 SageMaker syncs /opt/ml/checkpoints (or the job's checkpoint_local_path) to checkpoint_s3_uri in the background (a
 file deleted here is deleted there too) and restores it on a restarted (spot) job; the runtime's LightningCLI resumes
 from last.ckpt there, or from the newest checkpoint that can be resumed from when last.ckpt cannot (resume.py).
-checkpoint.dirpath may be an s3:// URL as well.
+checkpoint.dirpath may be an s3:// URL as well. Its predecessor is kept as atomic.keep_previous says.
 
     python app/example/train.py ... --checkpoint.dirpath ckpts --last_checkpoint_every_n_steps 50
 """
@@ -12,50 +12,11 @@ checkpoint.dirpath may be an s3:// URL as well.
 import os
 import time
 
-import fsspec
-import fsspec.implementations.local
-
-from sagemaker_lightning import resume, sharding, watchdog
+from sagemaker_lightning import sharding
+from sagemaker_lightning.checkpoints.atomic import keep_previous
 from sagemaker_lightning.failure import UserError
 from sagemaker_lightning.flavor import attribute
 from sagemaker_lightning.lines import say
-
-PREVIOUS = "last-previous.ckpt"  # last.ckpt's predecessor, kept while last.ckpt is replaced and uploaded
-
-
-def partial_path(path: str) -> str:
-    """Where a file is written before it is renamed to `path`: hidden, so that resume never takes it for a checkpoint."""
-    return os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.partial")
-
-
-class AtomicCheckpointIO:
-    """Each checkpoint goes to a temporary name first and is renamed when complete: a kill during a save never
-    leaves a broken file under the real name (remote paths are written as Lightning writes them). A read that fails
-    for a transient reason is tried again (resume.retried); the checkpoint a job resumes from is the one global rank
-    0 chose (`resume`, set by the CLI: resume.ResumePoint)."""
-
-    BASE = "plugins.io.TorchCheckpointIO"
-    resume: "resume.ResumePoint | None" = None
-
-    def load_checkpoint(self, path, *args, **kwargs):
-        path = self.resume.choose(path) if self.resume else path
-        load = super().load_checkpoint
-        return resume.retried(lambda: load(path, *args, **kwargs), str(path))
-
-    def save_checkpoint(self, checkpoint, path, storage_options=None):
-        path = str(path)
-        with watchdog.busy(f"writing {os.path.basename(path)}"):  # peers that wait for it see no hang
-            if "://" in path:
-                return super().save_checkpoint(checkpoint, path, storage_options)
-            partial = partial_path(path)
-            try:
-                super().save_checkpoint(checkpoint, partial, storage_options)
-            except BaseException:
-                if os.path.exists(partial):
-                    os.remove(partial)
-                raise
-            os.replace(partial, path)
-
 
 AUTO_INTERVAL_S = 60  # where no SIGTERM arrives: last.ckpt about this often, so a stop loses about a minute at most
 MEASURED_STEPS = 3  # steps timed (after the first, which compiles and warms up) to choose that interval
@@ -78,16 +39,17 @@ class LastCheckpoint:
 
     BASE = "callbacks.Callback"
 
-    def __init__(self, every_n_steps: int | None, checkpoint, unprotected: str | None = None):
+    def __init__(self, every_n_steps: int | None, checkpoint, unprotected: str | None = None, resume_point=None):
         """every_n_steps: 0 for epoch ends and SIGTERM only; None: 0, or about a minute where `unprotected`.
-        checkpoint: the ModelCheckpoint whose directory (its dirpath, once set up) holds last.ckpt."""
+        checkpoint: the ModelCheckpoint whose directory (its dirpath, once set up) holds last.ckpt; resume_point:
+        what the job resumes from (resume.ResumePoint), named when it does."""
         if every_n_steps is not None and every_n_steps < 0:  # `step % -1 == 0` would save at every step
             raise UserError(
                 f"last_checkpoint_every_n_steps={every_n_steps} is not a number of steps: give N > 0 for last.ckpt "
                 "every N steps, 0 for epoch ends and SIGTERM only, or null for the runtime's choice"
             )
         self.every_n_steps = every_n_steps if every_n_steps is not None or unprotected else 0
-        self.checkpoint, self.unprotected = checkpoint, unprotected
+        self.checkpoint, self.unprotected, self.resume_point = checkpoint, unprotected, resume_point
         self._saved_step = -1
         self._timing = None  # (first step timed, its clock) while the interval is being measured
 
@@ -161,8 +123,7 @@ class LastCheckpoint:
     def on_load_checkpoint(self, trainer, pl_module, checkpoint):
         self._saved_step = checkpoint["global_step"]
         if trainer.is_global_zero:
-            io = getattr(trainer.strategy, "checkpoint_io", None)
-            chosen = io.resume.chosen if isinstance(io, AtomicCheckpointIO) and io.resume else None
+            chosen = self.resume_point.chosen if self.resume_point else None
             path = str(chosen or trainer.ckpt_path).rstrip("/")
             name = os.path.basename(path)
             if os.path.basename(os.path.dirname(path)) == "last.ckpt":  # fsdp: a sharded save inside last.ckpt/
@@ -177,22 +138,3 @@ class LastCheckpoint:
                 if self.every_n_steps
                 else "last.ckpt at each epoch's end",
             )
-
-
-def keep_previous(path: str) -> None:
-    """last.ckpt's file (at `path`, a path or an fsspec URL) also as PREVIOUS, replacing the one before, before a new
-    last.ckpt replaces it: while the new one is written, and until SageMaker's background upload of it is done, a
-    complete copy of the progress stays beside it (a hard link here, a server-side copy in S3), from which the job
-    resumes when last.ckpt does not load."""
-    fs, source = fsspec.core.url_to_fs(path)
-    target = f"{source.rsplit('/', 1)[0]}/{PREVIOUS}"
-    if not fs.exists(source):
-        return
-    if isinstance(fs, fsspec.implementations.local.LocalFileSystem):
-        partial = partial_path(target)
-        if os.path.exists(partial):
-            os.remove(partial)
-        os.link(source, partial)
-        os.replace(partial, target)
-    else:
-        fs.copy(source, target)

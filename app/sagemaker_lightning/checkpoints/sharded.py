@@ -13,22 +13,28 @@ host's /opt/ml/checkpoints goes to the same checkpoint_s3_uri and comes back who
 and a shared directory (one host, local mode, FSx, EFS) holds all files at once. The best checkpoints
 (ModelCheckpoint) stay single files, gathered on rank 0: model.pt is made of them.
 
-    python -c "from sagemaker_lightning import sharded_checkpoints as s; print(s.resume_path('ckpts'))"
+    python -c "from sagemaker_lightning.checkpoints import sharded; print(sharded.resume_path('ckpts'))"
 """
 
 import os
 import re
+import time
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
 
+import torch
 import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.api import CheckpointException
 
+from sagemaker_lightning.checkpoints.atomic import prune, replacing
 from sagemaker_lightning.failure import UserError
 from sagemaker_lightning.lines import say
 
 META = "meta.pt"  # Lightning's name for the non-tensor part of a sharded checkpoint
 SAVE = re.compile(r"step-(\d+)-(\d+)")
 RANK_FILE = re.compile(r"__(\d+)_\d+\.distcp")
+MISFIT = re.compile(r"Missing key in checkpoint|Size mismatch between saved|Unexpected key")  # DCP's planner
 
 
 def committer(files: list[str]) -> int | None:
@@ -101,3 +107,50 @@ def refuse_sharded(dirpath: str) -> None:
             f"{Path(dirpath) / 'last.ckpt'} holds sharded saves of trainer.strategy=fsdp; resume it with "
             "trainer.strategy=fsdp, or point checkpoint.dirpath elsewhere to start over"
         )
+
+
+def save(strategy, checkpoint: dict, root: Path, previous: str | None) -> str:
+    """Every rank calls it: a new save in `root` (last.ckpt/), each rank writing its shards; once it is complete on
+    every host, the saves before `previous` (the complete one before this, written or resumed from by this run) and
+    those cut short go (atomic.prune). Returns the new save's name."""
+    name = strategy.broadcast(f"step-{checkpoint['global_step']:09d}-{time.time_ns()}")  # a new folder, never reused
+    target = root / name  # rank 0's path (ModelCheckpoint broadcasts it); on SageMaker each host's /opt/ml/...
+    state = {"state_dict": checkpoint.pop("state_dict")}
+    state.update({f"optimizer_{i}": s for i, s in enumerate(checkpoint.pop("optimizer_states", []))})
+    try:
+        dcp.save(state, checkpoint_id=target)  # each rank writes its file; rank 0 writes .metadata after all did
+    except CheckpointException as e:  # a full disk, say: reported as such
+        raise first_failure(e) from e
+    if strategy.global_rank == 0:
+        with replacing(str(target / META)) as partial:
+            torch.save({**checkpoint, "world_size": strategy.world_size}, partial)
+    strategy.barrier()
+    if committer(os.listdir(target)) == strategy.global_rank:  # in each directory, the first rank that wrote there
+        prune(str(root), {name, previous})
+    return name
+
+
+def load(strategy, path: Path, load: Callable[[], dict]) -> dict:
+    """load() of the save at `path`, a misfit named in one line; resharding onto another world size said."""
+    try:
+        checkpoint = load()
+    except CheckpointException as e:
+        cause = first_failure(e)
+        if MISFIT.search(str(cause)):
+            raise UserError(
+                f"{path} does not fit this model ({str(cause).splitlines()[0][:200]}); resume with the model it "
+                "was saved from, or point checkpoint.dirpath elsewhere to start over"
+            ) from e
+        raise cause from e
+    saved = checkpoint.get("world_size", strategy.world_size)
+    if saved != strategy.world_size and strategy.global_rank == 0:  # DCP reshards; a full file fits any world size
+        say(
+            f"resumed a checkpoint of {saved} processes on {strategy.world_size}: weights and optimizer state "
+            "resharded; the rest of this epoch's batches differ from an uninterrupted run's"
+        )
+    return checkpoint
+
+
+def first_failure(e: CheckpointException) -> BaseException:
+    """The exception of the lowest failing rank: DCP's own is a BaseException that no `except Exception` sees."""
+    return e.failures[min(e.failures)][0]

@@ -15,21 +15,22 @@ from collections.abc import Callable
 
 import torch
 
-from sagemaker_lightning import resume, sharding
+from sagemaker_lightning import sharding
+from sagemaker_lightning.checkpoints.atomic import replacing
+from sagemaker_lightning.checkpoints.io import read
 from sagemaker_lightning.failure import UserError
 from sagemaker_lightning.lines import say
 
 
 def write(model_dir: str, state: dict, config_yaml: str) -> str:
-    """Both files under temporary names first; model.pt renamed last: its presence means the export is complete."""
+    """Both files under partial names first; model.pt renamed last: its presence means the export is complete."""
     os.makedirs(model_dir, exist_ok=True)
-    writers = {"config.yaml": lambda f: f.write(config_yaml.encode()), "model.pt": lambda f: torch.save(state, f)}
-    for name, write_to in writers.items():
-        with open(os.path.join(model_dir, f".{name}.partial"), "wb") as f:
-            write_to(f)
-    for name in writers:
-        os.replace(os.path.join(model_dir, f".{name}.partial"), os.path.join(model_dir, name))
-    return os.path.join(model_dir, "model.pt")
+    path = os.path.join(model_dir, "model.pt")
+    with replacing(path) as model, replacing(os.path.join(model_dir, "config.yaml")) as config:
+        with open(config, "w", encoding="utf-8") as f:
+            f.write(config_yaml)
+        torch.save(state, model)
+    return path
 
 
 class Export:
@@ -54,7 +55,7 @@ class Export:
         failed = None
         if self.model_dir and trainer.is_global_zero:
             try:
-                state = resume.read(best)["state_dict"] if best else final
+                state = read(best)["state_dict"] if best else final
                 path = write(self.model_dir, state, self.config_yaml())
                 say(f"model: {path} from {best or 'the final weights'}")
             except Exception as e:

@@ -6,7 +6,7 @@ is that state for any iterable over a DistributedSampler; ResumableDataLoader is
 plain DataLoader is made resumable by `resumable` (the runtime's LightningCLI does it for the training loader);
 a loader that already has a state_dict is the project's own and is left as it is.
 
-    python -c "from sagemaker_lightning.resumable import ResumableDataLoader; help(ResumableDataLoader)"
+    python -c "from sagemaker_lightning import ResumableDataLoader; help(ResumableDataLoader)"
 """
 
 import inspect

@@ -1,4 +1,5 @@
-"""Which checkpoint a (re)started job resumes from, chosen once for all ranks, and how checkpoints are read.
+"""Which checkpoint a (re)started job resumes from, chosen once for all ranks: the one entry (`point`) for a
+single-file last.ckpt and for fsdp's sharded saves (sharded.py).
 
 A restarted (spot) job finds its checkpoint directory as SageMaker restored it from checkpoint_s3_uri. It resumes
 from last.ckpt there, or, when last.ckpt cannot be resumed from (cut short, of another model), from the newest
@@ -6,64 +7,24 @@ checkpoint that can, said in one line. Global rank 0 chooses, once every rank ha
 choice (ResumePoint): a rank choosing on its own after a read that failed for it alone would train from another step
 than its peers, or its collectives would stop matching theirs. A read that fails for a transient reason (S3
 throttling, a timeout, a dropped connection) is tried again, never taken for a corrupt file; only a file that does not
-load is skipped. Checkpoints are read with weights_only=True, as Lightning reads them when it resumes: a checkpoint
-is a pickle, and whoever can write to the checkpoint location could otherwise run code in the job.
+load is skipped (io.read: weights only). Under fsdp the newest complete sharded save is rank 0's choice.
 
-    python -c "from sagemaker_lightning import resume; print(resume.resume_path('ckpts'))"
+    python -c "from sagemaker_lightning.checkpoints import resume; print(resume.resume_path('ckpts'))"
 """
 
-import time
-import zipfile
 from collections.abc import Callable, Mapping
 from typing import TypeVar
 
 import fsspec
-import fsspec.implementations.local
 import torch
 
+from sagemaker_lightning.checkpoints import sharded
+from sagemaker_lightning.checkpoints.io import read
 from sagemaker_lightning.failure import UserError
 from sagemaker_lightning.lines import say
 
 NEEDED = ("state_dict", "optimizer_states", "loops", "global_step")  # what resuming a fit reads from a checkpoint
-TRIES = 3  # reads of a checkpoint that fail for a transient reason, before the job fails naming the file
-RETRY_S = 2.0  # the wait before the second try, doubled before each next one
 T = TypeVar("T")
-
-
-def retried(read: Callable[[], T], url: str) -> T:
-    """read(), tried again when it fails with an OSError other than a missing file (s3fs raises S3's throttling and
-    timeouts as OSError, as the operating system does a dropped connection); a UserError naming `url` once TRIES
-    reads failed."""
-    for attempt in range(TRIES):
-        try:
-            return read()
-        except FileNotFoundError:
-            raise
-        except OSError as e:
-            why = f"{type(e).__name__}: {e}"
-            if attempt == TRIES - 1:
-                raise UserError(
-                    f"cannot read {url} ({why}), tried {TRIES} times; check that the job can read its checkpoint "
-                    "location (permissions, network), then restart it"
-                ) from e
-            say(f"reading {url} failed ({why}); trying again")
-            time.sleep(RETRY_S * 2**attempt)
-    raise AssertionError("unreachable")
-
-
-def read(url: str):
-    """The checkpoint at `url` (a path, or an fsspec URL such as s3://bucket/key), weights only, on the CPU; transient
-    failures retried (retried)."""
-    fs, path = fsspec.core.url_to_fs(url)
-
-    def load():
-        if isinstance(fs, fsspec.implementations.local.LocalFileSystem):
-            # a complete file in torch.save's zip format is mapped, its tensors not read
-            return torch.load(path, map_location="cpu", mmap=zipfile.is_zipfile(path), weights_only=True)
-        with fs.open(path, "rb") as f:
-            return torch.load(f, map_location="cpu", weights_only=True)
-
-    return retried(load, url)
 
 
 class Unresumable(Exception):
@@ -169,11 +130,18 @@ def on_rank_zero(decide: Callable[[], T]) -> T:
 class ResumePoint:
     """The checkpoint the job resumes from, the same on every rank (module docstring). Before the ranks have joined,
     trainer.ckpt_path is set to `candidate`: last.ckpt's path when the directory holds any checkpoint (a listing,
-    the same on every host). When Lightning loads it, once the ranks have joined, `choose` gives rank 0's choice."""
+    the same on every host); under fsdp the newest complete sharded save this host holds. When Lightning loads it,
+    once the ranks have joined, `choose` gives rank 0's choice."""
 
-    def __init__(self, dirpath: str, model: Mapping | None = None, strict: bool = True):
-        self.dirpath, self.model, self.strict = dirpath, model, strict
-        self.candidate = f"{dirpath.rstrip('/')}/last.ckpt" if names(dirpath) else None
+    def __init__(self, dirpath: str, model: Mapping | None, strict: bool, sharded_saves: bool, announce: bool):
+        """model: its state dict; strict: its strict_loading; sharded_saves: under fsdp; announce: on global rank 0,
+        where a save skipped as cut short is said."""
+        self.dirpath, self.model, self.strict, self.sharded = dirpath, model, strict, sharded_saves
+        if sharded_saves:  # fsdp: the newest complete save in last.ckpt/, its skipped ones said once
+            self.candidate = sharded.resume_path(dirpath, announce)
+        else:
+            sharded.refuse_sharded(dirpath)
+            self.candidate = f"{dirpath.rstrip('/')}/last.ckpt" if names(dirpath) else None
         self.chosen: str | None = None
 
     def choose(self, path: str) -> str:
@@ -181,8 +149,11 @@ class ResumePoint:
         if self.candidate is None or str(path) != self.candidate:
             return path
         if self.chosen is None:
-            chosen = on_rank_zero(lambda: resume_path(self.dirpath, self.model, self.strict))
+            chosen = on_rank_zero(self._decide)
             if chosen is None:
                 raise UserError(f"the checkpoints in {self.dirpath} went away while the job started; restart it")
             self.chosen = chosen
         return self.chosen
+
+    def _decide(self) -> str | None:
+        return self.candidate if self.sharded else resume_path(self.dirpath, self.model, self.strict)

@@ -1,0 +1,48 @@
+"""Checkpoints, one home: what a restarted job resumes from, and the trained model it ends with.
+
+  atomic.py   the one atomic write (a partial name, then a rename) and the one rule for keeping the previous save
+  io.py       how checkpoints are read (weights only, transient failures retried) and written (AtomicCheckpointIO)
+  last.py     last.ckpt every N steps, at each epoch's end and on a stop (LastCheckpoint)
+  resume.py   which checkpoint a job resumes from, chosen on global rank 0, single-file or sharded (ResumePoint)
+  sharded.py  fsdp's sharded saves: their layout, when one is complete, how one is written and read
+  loader.py   a training loader that resumes mid-epoch (ResumableDataLoader, ResumableEpoch)
+  export.py   model.pt and config.yaml in model_dir after fit (Export)
+
+The hub (cli.py) asks for this concern's parts below, in the order it builds the trainer.
+
+    python app/example/train.py ... --checkpoint.dirpath ckpts --last_checkpoint_every_n_steps 50 --model_dir out
+"""
+
+from collections.abc import Callable, Mapping
+
+from sagemaker_lightning import signals
+from sagemaker_lightning.checkpoints.export import Export
+from sagemaker_lightning.checkpoints.io import AtomicCheckpointIO
+from sagemaker_lightning.checkpoints.last import LastCheckpoint
+from sagemaker_lightning.checkpoints.resume import ResumePoint
+from sagemaker_lightning.flavor import made
+
+
+def resume_point(model_checkpoint, model, sharded_saves: bool, announce: bool) -> ResumePoint | None:
+    """What the job resumes from, when checkpoint.dirpath is set; `model`: the LightningModule, whose state dict a
+    single-file checkpoint must fit; `announce`: on global rank 0."""
+    if not (model_checkpoint and model_checkpoint.dirpath):
+        return None
+    strict = getattr(model, "strict_loading", True)
+    return ResumePoint(model_checkpoint.dirpath, model.state_dict(), strict, sharded_saves, announce)
+
+
+def callbacks(pl, on_sagemaker: bool, config: Mapping, model_checkpoint, point, config_yaml: Callable[[], str]):
+    """LastCheckpoint and Export. Where a stop's SIGTERM cannot reach the training processes, LastCheckpoint is told
+    why (signals.py) and saves by time instead."""
+    unprotected = None if not on_sagemaker or signals.forwarded() else signals.why_unreached()
+    every = config["last_checkpoint_every_n_steps"]
+    return [
+        made(LastCheckpoint, pl)(every, model_checkpoint, unprotected, point),
+        made(Export, pl)(config["model_dir"], config_yaml),
+    ]
+
+
+def plugins(pl, point: ResumePoint | None) -> list:
+    """The trainer's CheckpointIO: atomic writes, retried reads, rank 0's resume point."""
+    return [made(AtomicCheckpointIO, pl)(point)]

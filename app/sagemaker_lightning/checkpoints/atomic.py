@@ -1,0 +1,70 @@
+"""How every checkpoint and model file is written, and which saves are kept: the runtime's one atomic write and its
+one rule for keeping the previous save.
+
+The atomic write: new content goes to a hidden partial name beside its path and is renamed to the path once complete
+(`replacing`), so a kill during a write never leaves a broken file under the real name, and resume never takes a
+partial one for a checkpoint (hidden names are not checkpoints: resume.names). Every writer uses it: last.ckpt and
+the best checkpoints (io.AtomicCheckpointIO), the previous save's link below, a sharded save's meta.pt (sharded.py),
+model.pt and config.yaml (export.py).
+
+The previous save: SageMaker uploads the checkpoint directory in the background and deletes in S3 what is deleted
+here, so the newest save is never the only complete one while the next is written and uploaded. A single-file
+last.ckpt is linked as PREVIOUS before it is replaced (keep_previous); sharded saves go to a new folder each, and once
+one is complete every folder but it and the complete one before it is removed (prune).
+
+    python -c "from sagemaker_lightning.checkpoints import atomic; print(atomic.partial_path('ckpts/last.ckpt'))"
+"""
+
+import contextlib
+import os
+import shutil
+
+import fsspec
+import fsspec.implementations.local
+
+PREVIOUS = "last-previous.ckpt"  # last.ckpt's predecessor, kept while last.ckpt is replaced and uploaded
+
+
+def partial_path(path: str) -> str:
+    """Where a file is written before it is renamed to `path`: hidden, so that resume never takes it for a checkpoint."""
+    return os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.partial")
+
+
+@contextlib.contextmanager
+def replacing(path: str):
+    """Yields the partial name to write `path`'s new content to; renamed to `path` when the block ends, removed when
+    it fails. A partial file a kill left behind is removed first. Nested, the innermost is renamed first."""
+    partial = partial_path(path)
+    if os.path.lexists(partial):
+        os.remove(partial)
+    try:
+        yield partial
+    except BaseException:
+        if os.path.lexists(partial):
+            os.remove(partial)
+        raise
+    os.replace(partial, path)
+
+
+def keep_previous(path: str) -> None:
+    """last.ckpt's file (at `path`, a path or an fsspec URL) also as PREVIOUS, replacing the one before, before a new
+    last.ckpt replaces it: while the new one is written, and until SageMaker's background upload of it is done, a
+    complete copy of the progress stays beside it (a hard link here, a server-side copy in S3), from which the job
+    resumes when last.ckpt does not load."""
+    fs, source = fsspec.core.url_to_fs(path)
+    target = f"{source.rsplit('/', 1)[0]}/{PREVIOUS}"
+    if not fs.exists(source):
+        return
+    if isinstance(fs, fsspec.implementations.local.LocalFileSystem):
+        with replacing(target) as partial:
+            os.link(source, partial)
+    else:
+        fs.copy(source, target)
+
+
+def prune(root: str, keep: set[str]) -> None:
+    """Remove every save in `root` (a sharded last.ckpt/) but those named in `keep`: the newest complete one and the
+    complete one before it; saves cut short go too."""
+    for entry in os.listdir(root):
+        if entry not in keep:
+            shutil.rmtree(os.path.join(root, entry), ignore_errors=True)

@@ -1,0 +1,72 @@
+"""The runtime's own settings, each declared once with its type, default and help, the help built from the constant of
+the module that owns its rule. The runtime's LightningCLI adds them to its parser beside Lightning's (`trainer`,
+`model`, `data`, ...), with `checkpoint` (ModelCheckpoint), `logger` (TensorBoard) and `fsdp` (sharding.FSDPSettings).
+Each can be given as `--key value`, in a YAML config or as a SageMaker hyperparameter.
+
+    python app/example/train.py fit --help | grep -A2 -- --dist_timeout
+"""
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from jsonargparse.typing import PositiveFloat
+
+from sagemaker_lightning import flavor, preflight, sharding, watchdog
+from sagemaker_lightning.checkpoints.last import AUTO_INTERVAL_S
+from sagemaker_lightning.plan import DEFAULT_TIMEOUT_S
+
+
+@dataclass(frozen=True)
+class Setting:
+    key: str
+    type: Any
+    default: Any
+    help: str
+
+
+SETTINGS = (
+    Setting("model_dir", str | None, None, "where rank 0 writes model.pt and config.yaml after fit"),
+    Setting(
+        "last_checkpoint_every_n_steps",
+        int | None,
+        None,
+        "last.ckpt every N optimizer steps, besides each epoch's end and SIGTERM (0: not by steps; null: not by steps "
+        f"where SIGTERM reaches the trainer, else about every {AUTO_INTERVAL_S} s of training)",
+    ),
+    Setting("dist_timeout", int, DEFAULT_TIMEOUT_S, "seconds a rank waits for the others"),
+    Setting(
+        "training_timeout",
+        PositiveFloat | None,
+        None,
+        f"seconds a collective may take once training runs (null: {watchdog.TIMES_MEDIAN}x the median step, at least "
+        f"{watchdog.FLOOR_S:g} s)",
+    ),
+    Setting(
+        "preflight",
+        Literal["warn", "fail", "off"],
+        "warn",
+        "checks before the first step (preflight.py): device and EFA problems fail; a busbw below the floor warns "
+        "(warn) or fails (fail); off: none",
+    ),
+    Setting(
+        "preflight_min_busbw",
+        float | None,
+        None,
+        f"all-reduce busbw floor in GB/s; null: {preflight.FLOOR_FRACTION * 100:.0f} %% of the published figure for the "
+        "instance type and host count, where there is one (instances.py)",
+    ),
+    Setting("scale_lr_by_world_size", bool, False, "optimizer lr × number of processes"),
+)
+
+
+def add_to(parser, pl) -> None:
+    """The runtime's arguments on a LightningCLI parser of Lightning package `pl`."""
+    parser.add_lightning_class_args(flavor.attribute(pl, "callbacks.ModelCheckpoint"), "checkpoint")
+    # TensorBoard, the trainer's logger unless trainer.logger names another (or false), as Lightning's default is
+    # (lightning_logs/ under trainer.default_root_dir) unless logger.save_dir says where
+    tensorboard = flavor.attribute(pl, "loggers.TensorBoardLogger")
+    parser.add_class_arguments(tensorboard, "logger", instantiate=False, skip={"save_dir"})
+    parser.add_argument("--logger.save_dir", type=str | None, default=None, help="TensorBoard's root directory")
+    for setting in SETTINGS:
+        parser.add_argument(f"--{setting.key}", type=setting.type, default=setting.default, help=setting.help)
+    parser.add_class_arguments(sharding.FSDPSettings, "fsdp")  # trainer.strategy=fsdp's settings (sharding.py)
