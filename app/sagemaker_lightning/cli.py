@@ -5,20 +5,17 @@
 
 It is a subclass of the LightningCLI of the package the project's classes are built on (lightning.pytorch or
 pytorch_lightning: flavor.py), chosen when it is called, so a project's own subclass of it works with either. Off
-SageMaker it only adds a few arguments (checkpoint, logger, model_dir, last_checkpoint_every_n_steps, dist_timeout,
-preflight, preflight_min_busbw, scale_lr_by_world_size, the fsdp group of trainer.strategy=fsdp), one-line failures,
-the precision for the machine when the project sets none (precision.py, said in one line), progress lines where there
-is no terminal (callbacks.py), and only the warnings a user can act on (quiet.py). On SageMaker, in this order:
+SageMaker it only adds the runtime's settings (settings.py), one-line failures (failure.py), the precision for the
+machine when the project sets none (precision.py), progress lines where there is no terminal (progress.py), and only
+the warnings a user can act on (quiet.py). On SageMaker, in this order:
   1. arguments: SageMaker's typed hyperparameters (hyperparameters.py) for the ones a launcher rendered, `fit` when
      no subcommand is given (both SageMaker launchers start the script with options only), and the job's paths
-     before them so that the user's win: checkpoint.dirpath, model_dir, logger.save_dir, trainer.default_root_dir, the data
-     channel for the data module's data_dir (or the keys `data_channels` names);
+     before them so that the user's win: checkpoint.dirpath, model_dir, logger.save_dir, trainer.default_root_dir, the
+     data channel for the data module's data_dir (or the keys `data_channels` names);
   2. the launch plan (plan.py) from the environment and the resolved trainer settings; its variables set; printed;
-  3. the trainer: devices and num_nodes of the plan, the strategy with the plan's cluster, backend and timeout
-     (strategy.py; fsdp: sharding.py), last.ckpt every N steps / each epoch / on SIGTERM written atomically
-     (checkpoints.py), plain log lines (callbacks.py), pre-flight checks before the first step (preflight.py), the
-     export to model_dir (export.py), a training loader that resumes mid-epoch (resumable.py), and resume from the
-     newest readable checkpoint;
+  3. the trainer, concern by concern (instantiate_trainer lists them): the strategy on the plan's cluster, backend
+     and timeout (strategy.py; fsdp: sharding.py), checkpoints and resume (checkpoints/), progress lines, the stop
+     agreement (stop.py), pre-flight (preflight.py), the watchdog (watchdog.py), lr scaling (scaling.py);
   4. any failure: one line on stderr and in the failure file (failure.py), exit code 1 (143 when stopped).
 
     python app/example/train.py --help
@@ -51,7 +48,6 @@ from sagemaker_lightning import (
     strategy,
     watchdog,
 )
-from sagemaker_lightning.checkpoints import loader
 from sagemaker_lightning.lines import say
 from sagemaker_lightning.plan import Plan, check_world_size, global_rank_zero, make_plan
 
@@ -215,45 +211,34 @@ class LightningCLI:
         self._stage = "train"
 
     def instantiate_trainer(self, **kwargs):
-        """The trainer with the runtime's concerns, in this order (each module's entry gives its part)."""
+        """The trainer with the runtime's concerns, in this order; each concern's module gives its part."""
         config, given = self._subconfig(), self._get(self.config_init, "trainer", default={})
         pl, plan, rank_zero = self.pl, self.plan, global_rank_zero(self.plan, os.environ)
-        model_checkpoint = self._get(self.config_init, "checkpoint")
-        kwargs.update(
-            strategy.arguments(pl, plan, given, list(given.get("plugins") or []), self._get(self.config_init, "fsdp"))
-        )
-        resume_point = checkpoints.resume_point(
-            model_checkpoint, self.model, sharding.sharded(kwargs.get("strategy")), rank_zero
-        )
-        watch = watchdog.callbacks(pl, plan, config)  # a hang names itself, stragglers show (health)
+        fsdp, model_checkpoint = self._get(self.config_init, "fsdp"), self._get(self.config_init, "checkpoint")
+        kwargs.update(strategy.arguments(pl, plan, given, list(given.get("plugins") or []), fsdp))
+        sharded = sharding.sharded(kwargs.get("strategy"))
+        point = checkpoints.resume_point(model_checkpoint, self.model, sharded, rank_zero)  # what fit resumes from
+        watch = watchdog.callbacks(pl, plan, config)  # a hang names itself, stragglers show
         kwargs["callbacks"] = [
             *(given.get("callbacks") or []),
             *progress.callbacks(pl, plan, hosts=next(iter(watch), None)),  # rank lines, progress lines
-            *checkpoints.callbacks(pl, plan.on_sagemaker, config, model_checkpoint, resume_point, self._config_yaml),
+            *checkpoints.callbacks(pl, plan.on_sagemaker, config, model_checkpoint, point, self._config_yaml),
             *stop.callbacks(pl),  # every rank stops at the same step
-            *preflight.callbacks(pl, plan, config),  # before the first step
+            *preflight.callbacks(pl, plan, config),  # checks before the first step
             *watch,
             *scaling.callbacks(pl, config),  # scale_lr_by_world_size
         ]
-        kwargs["plugins"] = [*kwargs.get("plugins", given.get("plugins") or []), *checkpoints.plugins(pl, resume_point)]
-        if "precision" in given:  # a trainer class of the project's may not take it
+        kwargs["plugins"] = [*kwargs.get("plugins", given.get("plugins") or []), *checkpoints.plugins(pl, point)]
+        kwargs.update(progress.arguments(given))  # no progress bar without a terminal
+        kwargs.update(settings.logger(pl, self._get(self.config_init, "logger"), given))  # TensorBoard by default
+        if "precision" in given:  # the machine's when unset; a trainer class of the project's may not take it
             self.precision = precision.for_trainer(given)
             kwargs["precision"] = self.precision.precision
             if rank_zero:
                 say(self.precision.line())
-        if given.get("logger") in (None, True):  # TensorBoard, unless trainer.logger names another
-            logger = self._get(self.config_init, "logger").as_dict()
-            root = logger.pop("save_dir") or given.get("default_root_dir") or os.getcwd()
-            kwargs["logger"] = flavor.attribute(pl, "loggers.TensorBoardLogger")(root, **logger)
-        if given.get("enable_progress_bar") is None:  # carriage returns make a mess of log files
-            kwargs["enable_progress_bar"] = sys.stdout.isatty()
         trainer = super().instantiate_trainer(**kwargs)
         check_world_size(plan, trainer.num_nodes, trainer.num_devices)
-        if plan.on_sagemaker:  # the training loader resumes mid-epoch
-            overridden = flavor.attribute(pl, "utilities.model_helpers.is_overridden")
-            loader.make_training_loader_resumable(self.datamodule or self.model, trainer, overridden)
-        if resume_point and resume_point.candidate:
-            trainer.ckpt_path = resume_point.candidate  # fit() resumes from it unless given another ckpt_path
+        checkpoints.attach(pl, plan, trainer, self.datamodule or self.model, point)  # mid-epoch loader, ckpt_path
         return trainer
 
     def _config_yaml(self) -> str:

@@ -1,6 +1,6 @@
 """SageMaker's GPU instance types: GPUs per instance, EFA interfaces and GPUDirect RDMA, and the all-reduce bus
 bandwidth (busbw) published for them, each figure next to its source. The one table of these facts: the launch plan
-(plan.network_env) sets libfabric's variables from it, pre-flight (preflight.py) checks a job against it. No torch.
+(network.network_env) sets libfabric's variables from it, pre-flight (preflight.py) checks a job against it. No torch.
 
 busbw is nccl-tests' figure: bytes / time × 2(n−1)/n for an all-reduce among n ranks, in GB/s (10^9 bytes),
 which is comparable across rank counts (https://github.com/NVIDIA/nccl-tests/blob/master/doc/PERFORMANCE.md).
@@ -38,7 +38,7 @@ class Figure:
 class Instance:
     name: str  # "ml.p5.48xlarge"
     gpus: int
-    efa: int = 0  # EFA interfaces (0: none); the plan sets FI_PROVIDER=efa on these (plan.network_env)
+    efa: int = 0  # EFA interfaces (0: none); the plan sets FI_PROVIDER=efa on these (network.network_env)
     busbw: Mapping[int, Figure] = field(default_factory=dict)  # hosts → the published figure
 
     @property

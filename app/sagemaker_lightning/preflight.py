@@ -7,7 +7,7 @@ fast its network is, in one line of rank 0's, e.g.
   devices    a GPU host has the GPUs its instance type has (instances.py) and SM_NUM_GPUS says, and each rank's GPU
              multiplies a seeded matrix as the CPU does;
   EFA        (several hosts, where the type has EFA) its devices in /sys/class/infiniband, libfabric not pointed at
-             another provider, NCCL not at sockets, the aws-ofi-nccl plugin on the loader's path;
+             another provider, NCCL not at sockets, the aws-ofi-nccl plugin on the loader's path (efa.py);
   bandwidth  (several ranks) an all-reduce at a few sizes, busbw as nccl-tests defines it, against a floor: the
              published figure for the type and host count (instances.py) or preflight_min_busbw; rank 0 exchanges a
              buffer with each other host's first rank, and a host much slower than the others is named.
@@ -18,7 +18,6 @@ is the same one line on every host (failure.UserError) and no rank is left waiti
     python train.py --preflight fail --preflight_min_busbw 50     # as hyperparameters: {"preflight": "fail", ...}
 """
 
-import glob
 import os
 import statistics
 import time
@@ -41,8 +40,6 @@ WARMUP, ITERATIONS = 1, 3  # the first of each size sets up connections (NCCL's 
 # software stack of their own (the same README shows 313 and 437 GB/s at 1 GiB on 2× p5 with different versions)
 FLOOR_FRACTION = 0.8
 SLOW = 0.5  # a host whose point-to-point bandwidth is below this fraction of the median of the others is named
-# where dlopen finds NCCL's net plugin besides LD_LIBRARY_PATH and /etc/ld.so.conf.d's folders
-LOADER_DIRS = ("/usr/lib", "/usr/lib64", "/usr/local/lib", "/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu")
 FIX = {
     "devices": "stop the job and start it again on other instances, or set preflight=off to train anyway",
     "EFA": "NCCL would fall back to TCP at a fraction of the speed; fix the image or its settings, or set "
@@ -80,51 +77,6 @@ def device_problems(visible: int, sm_num_gpus: int, instance: instances.Instance
     if instance and visible != instance.gpus:
         problems.append(f"torch sees {visible} GPU(s) but {instance.name} has {instance.gpus}")
     return problems
-
-
-def efa_devices(root: str = "/") -> list[str]:
-    """The EFA devices under /sys/class/infiniband: named efa_N on older kernels, rdmapNsN (driver efa) on newer."""
-    found = []
-    for path in sorted(glob.glob(os.path.join(root, "sys/class/infiniband/*"))):
-        driver = os.path.basename(os.path.realpath(os.path.join(path, "device", "driver")))
-        if "efa" in os.path.basename(path) or driver == "efa":
-            found.append(os.path.basename(path))
-    return found
-
-
-def net_plugin(env: Mapping[str, str], root: str = "/") -> str | None:
-    """The path of NCCL's net plugin (aws-ofi-nccl: libnccl-net.so, libnccl-net-ofi.so) where the loader finds it:
-    LD_LIBRARY_PATH, /etc/ld.so.conf.d's folders, the system's; NCCL_NET_PLUGIN names another file."""
-    dirs = [d for d in env.get("LD_LIBRARY_PATH", "").split(":") if d]
-    for conf in sorted(glob.glob(os.path.join(root, "etc/ld.so.conf.d/*.conf"))):
-        with open(conf) as f:
-            dirs += [line.strip() for line in f if line.strip().startswith("/")]
-    named = env.get("NCCL_NET_PLUGIN")
-    if named and "/" in named:
-        return named if os.path.exists(os.path.join(root, named.lstrip("/"))) else None
-    pattern = f"libnccl-net-{named}.so*" if named else "libnccl-net*.so*"
-    for d in [*dirs, *LOADER_DIRS]:
-        if found := sorted(glob.glob(os.path.join(root, d.lstrip("/"), pattern))):
-            return os.path.join(d, os.path.basename(found[0]))
-    return None
-
-
-def efa_findings(instance: instances.Instance | None, env: Mapping[str, str], root: str = "/") -> tuple[str, list[str]]:
-    """(what EFA looks like here, its problems) for a host of this type, from the environment and a sysfs root."""
-    if instance is None or not instance.efa:
-        return "not on this instance type", []
-    devices, plugin, problems = efa_devices(root), net_plugin(env, root), []
-    if not devices:
-        problems.append(f"{instance.name} has EFA but no EFA device shows in /sys/class/infiniband")
-    if env.get("FI_PROVIDER", "efa") != "efa":
-        problems.append(f"FI_PROVIDER={env['FI_PROVIDER']} points libfabric away from EFA (unset it)")
-    if env.get("NCCL_NET") and not any(n in env["NCCL_NET"].lower() for n in ("ofi", "libfabric")):
-        problems.append(f"NCCL_NET={env['NCCL_NET']} keeps NCCL off EFA (unset it)")
-    if instance.rdma and env.get("FI_EFA_USE_DEVICE_RDMA", "1").lower() in ("0", "false", "no"):
-        problems.append(f"FI_EFA_USE_DEVICE_RDMA={env['FI_EFA_USE_DEVICE_RDMA']} turns GPUDirect RDMA off (unset it)")
-    if plugin is None:
-        problems.append("the aws-ofi-nccl plugin (libnccl-net*.so) is not on the loader's path (LD_LIBRARY_PATH)")
-    return f"{len(devices)} of {instance.efa} devices, {os.path.basename(plugin or 'no plugin')}", problems
 
 
 def busbw(size_bytes: int, seconds: float, ranks: int) -> float:
@@ -313,7 +265,7 @@ class Preflight:
                 problems.append(("devices", problem))
         efa = "not needed (one host)"
         if len(self.plan.hosts) > 1:
-            efa, efa_problems = efa_findings(instance, os.environ, self.root)
+            efa, efa_problems = efa.findings(instance, os.environ, self.root)
             problems += [("EFA", p) for p in efa_problems]
         return Findings(trainer.global_rank, self.plan.host, devices, efa, problems)
 

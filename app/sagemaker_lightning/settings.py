@@ -6,14 +6,16 @@ Each can be given as `--key value`, in a YAML config or as a SageMaker hyperpara
     python app/example/train.py fit --help | grep -A2 -- --dist_timeout
 """
 
+import os
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from jsonargparse.typing import PositiveFloat
 
-from sagemaker_lightning import flavor, preflight, sharding, watchdog
+from sagemaker_lightning import flavor, preflight, watchdog
 from sagemaker_lightning.checkpoints.last import AUTO_INTERVAL_S
 from sagemaker_lightning.plan import DEFAULT_TIMEOUT_S
+from sagemaker_lightning.sharded_model import FSDPSettings
 
 
 @dataclass(frozen=True)
@@ -69,4 +71,14 @@ def add_to(parser, pl) -> None:
     parser.add_argument("--logger.save_dir", type=str | None, default=None, help="TensorBoard's root directory")
     for setting in SETTINGS:
         parser.add_argument(f"--{setting.key}", type=setting.type, default=setting.default, help=setting.help)
-    parser.add_class_arguments(sharding.FSDPSettings, "fsdp")  # trainer.strategy=fsdp's settings (sharding.py)
+    parser.add_class_arguments(FSDPSettings, "fsdp")  # trainer.strategy=fsdp's settings (sharded_model.py)
+
+
+def logger(pl, settings, trainer: dict) -> dict:
+    """The trainer's logger: TensorBoard with the `logger` settings, under logger.save_dir, else trainer.default_root_dir
+    (as Lightning's default is), unless trainer.logger names another or is false."""
+    if trainer.get("logger") not in (None, True):
+        return {}
+    kept = settings.as_dict()
+    root = kept.pop("save_dir") or trainer.get("default_root_dir") or os.getcwd()
+    return {"logger": flavor.attribute(pl, "loggers.TensorBoardLogger")(root, **kept)}

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from sagemaker_lightning import instances
+from sagemaker_lightning.efa import findings as efa_findings
 from sagemaker_lightning.network import network_env
 from sagemaker_lightning.preflight import (
     Findings,
@@ -14,7 +15,6 @@ from sagemaker_lightning.preflight import (
     busbw,
     compute_problem,
     device_problems,
-    efa_findings,
     floor,
     slow_hosts,
     summary,
@@ -43,7 +43,7 @@ def test_gpu_counts_of_g5_sizes():
 
 
 def test_the_table_has_efa_exactly_where_the_plan_sets_libfabric_to_it():
-    """plan.network_env sets FI_PROVIDER=efa by its own lists: pre-flight checks EFA on the same types."""
+    """network.network_env sets FI_PROVIDER=efa by its own lists: pre-flight checks EFA on the same types."""
     for name, instance in instances.TABLE.items():
         efa = network_env({"SM_CURRENT_INSTANCE_TYPE": name}, [], workers=False).get("FI_PROVIDER") == "efa"
         assert efa == (instance.efa > 0), name

@@ -16,7 +16,7 @@ from torch.distributed.device_mesh import init_device_mesh
 
 import train
 from model import ImageClassifier
-from sagemaker_lightning import hyperparameters, sharding, strategy
+from sagemaker_lightning import hyperparameters, sharded_model, sharding, strategy
 from sagemaker_lightning.checkpoints import sharded
 from sagemaker_lightning.failure import UserError
 from sagemaker_lightning.flavor import attribute, made
@@ -107,9 +107,9 @@ def test_fsdp_settings_are_hyperparameters_dotted_or_nested(archive_dir):
 
 
 def test_mesh_shards_over_all_processes_or_within_each_host():
-    assert sharding.mesh_shape("FULL_SHARD", 2, 8) == (16,)
-    assert sharding.mesh_shape("SHARD_GRAD_OP", 2, 8) == (16,)
-    assert sharding.mesh_shape("HYBRID_SHARD", 2, 8) == (2, 8)  # replicate across hosts, shard within one
+    assert sharded_model.mesh_shape("FULL_SHARD", 2, 8) == (16,)
+    assert sharded_model.mesh_shape("SHARD_GRAD_OP", 2, 8) == (16,)
+    assert sharded_model.mesh_shape("HYBRID_SHARD", 2, 8) == (2, 8)  # replicate across hosts, shard within one
 
 
 @pytest.mark.parametrize(
@@ -128,7 +128,7 @@ def test_mesh_shards_over_all_processes_or_within_each_host():
 def test_the_default_policy_finds_torchvision_blocks(arch, block):
     with torch.device("meta"):  # the structure only: no memory, no initialisation
         net = torchvision.models.get_model(arch, weights=None)
-    found = sharding.blocks(net, sharding.TORCHVISION_BLOCKS)
+    found = sharded_model.blocks(net, sharded_model.TORCHVISION_BLOCKS)
     assert found and block in {type(m).__name__ for m in found}
     inner_first = [m for m in net.modules() if m in found][::-1]
     assert found == inner_first  # FSDP2 shards children before their parents
@@ -136,8 +136,10 @@ def test_the_default_policy_finds_torchvision_blocks(arch, block):
 
 def test_a_class_is_named_by_its_name_or_its_module_path():
     block = torchvision.models.convnext.CNBlock(8, 0.0, 1e-6)
-    assert sharding.matches(block, ["CNBlock"]) and sharding.matches(block, ["torchvision.models.convnext.CNBlock"])
-    assert not sharding.matches(block, ["Block", "other.CNBlock"])
+    assert sharded_model.matches(block, ["CNBlock"]) and sharded_model.matches(
+        block, ["torchvision.models.convnext.CNBlock"]
+    )
+    assert not sharded_model.matches(block, ["Block", "other.CNBlock"])
 
 
 def test_each_directory_is_tidied_by_the_first_rank_that_wrote_in_it():
@@ -218,7 +220,7 @@ def test_sharded_weights_consolidate_into_the_plain_models_state_dict(one_proces
     model = ImageClassifier("resnet18", channels_last=True)  # channels-last weights: made contiguous to shard
     plain = {k: v.clone() for k, v in model.state_dict().items()}
     settings = sharding.FSDPSettings(activation_checkpointing=checkpointing)
-    found, roots = sharding.shard(model, settings, one_process, offload=False)
+    found, roots = sharded_model.shard(model, settings, one_process, offload=False)
     assert len(found) == 8 and roots == ["net"]  # ResNet-18's BasicBlocks, then the rest of the network
     state = sharding.full_state_dict(made(sharding.FullyShardedStrategy, pytorch_lightning)(settings), model)
     assert state.keys() == plain.keys()  # no FSDP or checkpoint-wrapper names
@@ -230,23 +232,23 @@ def test_optimizers_made_before_sharding_step_the_sharded_parameters(one_process
     model = ImageClassifier("resnet18")
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)  # as LightningCLI makes it, before fit
     unsharded = {id(p): (n, p) for n, p in model.named_parameters()}
-    sharding.shard(model, sharding.FSDPSettings(activation_checkpointing=True), one_process, offload=False)
-    sharding.rebind([optimizer], unsharded, dict(model.named_parameters()))
+    sharded_model.shard(model, sharding.FSDPSettings(activation_checkpointing=True), one_process, offload=False)
+    sharded_model.rebind([optimizer], unsharded, dict(model.named_parameters()))
     assert [id(p) for p in optimizer.param_groups[0]["params"]] == [id(p) for p in model.parameters()]
 
 
 def test_a_wrap_policy_that_names_no_module_fails_in_one_line(one_process):
     settings = sharding.FSDPSettings(auto_wrap_policy=["DecoderLayer"])
     with pytest.raises(UserError, match=r"fsdp.auto_wrap_policy=\['DecoderLayer'\] names no module of the model"):
-        sharding.shard(ImageClassifier(), settings, one_process, offload=False)
+        sharded_model.shard(ImageClassifier(), settings, one_process, offload=False)
 
 
 def test_with_offload_the_shards_stay_and_the_metrics_move(one_process):
     """fsdp.cpu_offload: the sharded network stays in host memory, everything else goes to the device (seen on an
     H100: metrics left behind failed the first step)."""
     model = ImageClassifier("resnet18")
-    sharding.shard(model, sharding.FSDPSettings(), one_process, offload=False)
-    sharding.to_device_unsharded(model, torch.device("meta"))  # a device that needs no GPU
+    sharded_model.shard(model, sharding.FSDPSettings(), one_process, offload=False)
+    sharded_model.to_device_unsharded(model, torch.device("meta"))  # a device that needs no GPU
     assert {p.device.type for p in model.net.parameters()} == {"cpu"}
     assert model.val_loss.mean_value.device.type == "meta" and model.val_acc.tp.device.type == "meta"
 

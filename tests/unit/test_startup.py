@@ -23,6 +23,7 @@ LIGHT = (
     "sagemaker_lightning.hyperparameters",
     "sagemaker_lightning.paths",
     "sagemaker_lightning.instances",
+    "sagemaker_lightning.efa",
     "sagemaker_lightning.failure",
     "sagemaker_lightning.lines",
     "sagemaker_lightning.flavor",

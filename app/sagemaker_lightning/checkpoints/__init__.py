@@ -19,8 +19,9 @@ from sagemaker_lightning import signals
 from sagemaker_lightning.checkpoints.export import Export
 from sagemaker_lightning.checkpoints.io import AtomicCheckpointIO
 from sagemaker_lightning.checkpoints.last import LastCheckpoint
+from sagemaker_lightning.checkpoints.loader import make_training_loader_resumable
 from sagemaker_lightning.checkpoints.resume import ResumePoint
-from sagemaker_lightning.flavor import made
+from sagemaker_lightning.flavor import attribute, made
 
 
 def resume_point(model_checkpoint, model, sharded_saves: bool, announce: bool) -> ResumePoint | None:
@@ -46,3 +47,13 @@ def callbacks(pl, on_sagemaker: bool, config: Mapping, model_checkpoint, point, 
 def plugins(pl, point: ResumePoint | None) -> list:
     """The trainer's CheckpointIO: atomic writes, retried reads, rank 0's resume point."""
     return [made(AtomicCheckpointIO, pl)(point)]
+
+
+def attach(pl, plan, trainer, owner, point: ResumePoint | None) -> None:
+    """Once the trainer exists: on SageMaker the training loader of `owner` (the data module, or the model) resumes
+    mid-epoch (loader.py); fit() resumes from the resume point's candidate unless given another ckpt_path."""
+    if plan.on_sagemaker:
+        overridden = attribute(pl, "utilities.model_helpers.is_overridden")
+        make_training_loader_resumable(owner, trainer, overridden)
+    if point and point.candidate:
+        trainer.ckpt_path = point.candidate

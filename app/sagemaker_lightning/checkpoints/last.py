@@ -30,7 +30,7 @@ def interval_steps(seconds_per_step: float, target_s: float = AUTO_INTERVAL_S) -
 class LastCheckpoint:
     """last.ckpt, what a restarted job resumes from: every `every_n_steps` optimizer steps, at each epoch end, and
     when SageMaker stops the job (SIGTERM on StopTrainingJob or spot interruption: Lightning stops every rank at the
-    same step boundary, where they save it together). The training loader's state in it (resumable.py) makes a
+    same step boundary, where they save it together). The training loader's state in it (loader.py) makes a
     resumed run continue as the uninterrupted one would.
 
     Where SIGTERM cannot reach the training processes (`unprotected` says why: PID 1 is not the image's entrypoint,

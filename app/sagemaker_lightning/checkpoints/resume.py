@@ -1,4 +1,4 @@
-"""Which checkpoint a (re)started job resumes from, chosen once for all ranks: the one entry (`point`) for a
+"""Which checkpoint a (re)started job resumes from, chosen once for all ranks: one entry (ResumePoint) for a
 single-file last.ckpt and for fsdp's sharded saves (sharded.py).
 
 A restarted (spot) job finds its checkpoint directory as SageMaker restored it from checkpoint_s3_uri. It resumes
