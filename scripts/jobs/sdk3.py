@@ -70,8 +70,6 @@ def run(job: Job) -> str | None:
     if job.dry_run:
         os.environ["SAGEMAKER_VALIDATE_ROLE"] = "false"  # SDK 3.x checks the role through IAM: not in a dry run
     if job.local:
-        if not job.output.startswith("file://"):
-            raise SystemExit("error: SDK 3.x local mode writes its artifacts to a local --output directory")
         root = os.path.join(job.output[len("file://") :], job.name)
         os.makedirs(root, exist_ok=True)
         settings = dict(
@@ -112,12 +110,8 @@ def run(job: Job) -> str | None:
         settings["source_code"] = SourceCode(
             source_dir=job.source_dir, entry_script=job.entry_point, requirements=requirements
         )
-        if job.distribution == "torch_distributed":
+        if job.distribution == "torch_distributed":  # else none (spec.make_job: SDK 3.x's driver runs no other)
             settings["distributed"] = Torchrun(process_count_per_node=job.processes_per_host)
-        elif job.distribution != "none":
-            raise SystemExit(
-                f"error: SDK 3.x runs --source-dir code with --distribution none or torch_distributed, not {job.distribution}"
-            )
     trainer = ModelTrainer(
         training_image=job.image,
         role=job.role,

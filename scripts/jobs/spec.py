@@ -1,6 +1,6 @@
 """The job scripts/run_sagemaker.py starts, resolved from its options (options.py) into one frozen Job, with
-SageMaker's rules checked here, before any SDK import: a bad option fails in one line, without the seconds the SDK
-takes to import. The SDK adapters (sdk2.py, sdk3.py) read the Job and nothing else.
+SageMaker's rules and either SDK's checked here, before any SDK import: a bad option fails in one line, without the
+seconds the SDK takes to import. The SDK adapters (sdk2.py, sdk3.py) read the Job and nothing else.
 
     from jobs import options, spec  # from scripts/ (python scripts/run_sagemaker.py puts it first on sys.path)
 
@@ -160,6 +160,12 @@ def make_job(args: argparse.Namespace, installed: str | None = None) -> Job:
     env = {"DATA_CHANNEL": args.channel, **({"LAUNCHER": "torchrun"} if args.launcher == "torchrun" else {})}
     env.update(key_values(args.env, "NCCL_DEBUG=INFO"))
     tags = key_values(args.tag, "project=cifar10")
+    if sdk == "v3" and local and not output.startswith("file://"):
+        raise SystemExit("error: SDK 3.x local mode writes its artifacts to a local --output directory")
+    if sdk == "v3" and source_dir and args.distribution not in ("none", "torch_distributed"):
+        raise SystemExit(
+            f"error: SDK 3.x runs --source-dir code with --distribution none or torch_distributed, not {args.distribution}"
+        )
     retries = args.max_retry_attempts if args.max_retry_attempts is not None else (3 if args.spot else None)
     return Job(
         sdk=sdk,
