@@ -20,7 +20,7 @@ from jobs import options, sdk2, sdk3, spec
 from jobs.watch import ValidationWatch
 from sagemaker_lightning import quiet
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+HERE = os.path.dirname(os.path.abspath(__file__))  # scripts/, where sagemaker_config.yaml is
 # Local mode needs no AWS account: a region, a dummy role (spec.LOCAL_ROLE), and no telemetry calls (they fail offline)
 os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
 os.environ.setdefault("SAGEMAKER_USER_CONFIG_OVERRIDE", os.path.join(HERE, "sagemaker_config.yaml"))
