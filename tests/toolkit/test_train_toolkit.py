@@ -11,9 +11,9 @@ import pytest
 import s3fs
 import torch
 
-import run_sagemaker
+from jobs.watch import ValidationWatch
 from model import ImageClassifier
-from sagemaker_lightning import stragglers
+from sagemaker_lightning import lines, stragglers
 
 pytestmark = pytest.mark.toolkit
 
@@ -38,7 +38,7 @@ def test_one_host_trains_and_exports(tiny_job):
 
 
 def test_metric_definitions_match_the_lines_of_a_real_run(run_hosts, archive_dir, tiny):
-    """SageMaker reads CloudWatch metrics (and tuning objectives) from the logs with run_sagemaker.METRICS: each
+    """SageMaker reads CloudWatch metrics (and tuning objectives) from the logs with lines.METRICS: each
     regex must find numbers in what the trainer really prints when stdout is not a terminal."""
     (host,) = run_hosts(
         ["localhost"],
@@ -47,12 +47,12 @@ def test_metric_definitions_match_the_lines_of_a_real_run(run_hosts, archive_dir
     )
     assert host.returncode == 0, host.output[-3000:]
     assert "\r" not in host.output  # no progress bar
-    for name, regex in run_sagemaker.METRICS.items():
+    for name, regex in lines.METRICS.items():
         if name.startswith("hosts:"):
             continue  # several hosts' only: test_a_straggler_shows_then_its_hang_is_named_with_its_stack
         values = [float(v) for v in re.findall(regex, host.output)]
         assert values, f"{name}: {regex!r} matches no line of the run"
-    assert len(re.findall(run_sagemaker.METRICS["train:loss"], host.output)) == 3  # one line per step
+    assert len(re.findall(lines.METRICS["train:loss"], host.output)) == 3  # one line per step
 
 
 def test_the_default_recipe_learns_real_handwritten_digits(run_hosts, digits_dir):
@@ -83,7 +83,7 @@ def test_the_default_recipe_learns_real_handwritten_digits(run_hosts, digits_dir
     }
     (host,) = run_hosts(["localhost"], hyperparameters, {"training": digits_dir}, timeout=600)  # slow CPUs
     assert host.returncode == 0, host.output[-3000:]
-    watch = run_sagemaker.ValidationWatch(io.StringIO())  # the lines make demo's closing line is made of
+    watch = ValidationWatch(io.StringIO())  # the lines make demo's closing line is made of
     watch.write(host.output)
     assert sorted(watch.accuracy) == list(range(epochs)), host.output[-3000:]
     final, best = watch.accuracy[epochs - 1], max(watch.accuracy.values())
@@ -332,7 +332,7 @@ def test_a_straggler_shows_then_its_hang_is_named_with_its_stack(run_hosts, arch
            "training_timeout": 10, "trainer.callbacks+": faults}  # fmt: skip
     first, second = run_hosts(["localhost", "127.0.0.1"], hps, {"training": archive_dir}, env={"PYTHONPATH": PLUGINS})
     assert first.returncode == second.returncode == 1, first.output[-3000:] + second.output[-3000:]
-    ratios = [float(r) for r in re.findall(run_sagemaker.METRICS["hosts:slowest_ratio"], first.output)]
+    ratios = [float(r) for r in re.findall(lines.METRICS["hosts:slowest_ratio"], first.output)]
     assert ratios and ratios[-1] > stragglers.SLOW, first.output[-3000:]  # (2 s + a step) / a step
     assert re.search(
         r"hosts: slowest 127\.0\.0\.1 [\d.]+x the median\n(?!.*hosts: slowest localhost)", first.output, re.S

@@ -9,6 +9,8 @@ from sagemaker.estimator import Estimator, EstimatorBase
 from sagemaker.pytorch import PyTorch
 
 import run_sagemaker
+from jobs import options, sdk2, sdk3, spec
+from jobs.watch import ValidationWatch
 
 pytestmark = pytest.mark.unit
 
@@ -26,43 +28,41 @@ def test_distributions_match_the_sdks_pytorch_estimator(name, distribution):
     estimator = PyTorch(
         entry_point="launch.py",
         image_uri="123.dkr.ecr.us-east-1.amazonaws.com/x:1",
-        role=run_sagemaker.LOCAL_ROLE,
+        role=spec.LOCAL_ROLE,
         instance_count=2,
         instance_type="ml.p4d.24xlarge",
         distribution=distribution,
     )
     expected = EstimatorBase._json_encode_hyperparameters(estimator._pytorch_distribution_configuration(distribution))
     processes = distribution.get("mpi", {}).get("processes_per_host")
-    assert run_sagemaker.framework_hyperparameters(name, "ml.p4d.24xlarge", processes) == expected
+    assert spec.framework_hyperparameters(name, "ml.p4d.24xlarge", processes) == expected
 
 
 @pytest.mark.parametrize("source_dir", [None, "."])
 def test_a_job_with_source_dir_sends_the_framework_hyperparameters_once_encoded(source_dir):
     """SDK 2.x encodes every value of a job with source_dir (before: '""' encoded twice, mpirun's program)."""
-    sent = run_sagemaker.framework_hyperparameters("mpi", "local", 2)
+    sent = spec.framework_hyperparameters("mpi", "local", 2)
     estimator = Estimator(
         entry_point="train.py" if source_dir else None,
         source_dir=source_dir,
         image_uri="x:1",
-        role=run_sagemaker.LOCAL_ROLE,
+        role=spec.LOCAL_ROLE,
         instance_count=1,
         instance_type="ml.c5.xlarge",
-        hyperparameters=run_sagemaker.estimator_hyperparameters({**sent, "trainer.max_epochs": "2"}, source_dir),
+        hyperparameters=sdk2.estimator_hyperparameters({**sent, "trainer.max_epochs": "2"}, source_dir),
     )
     assert {k: v for k, v in estimator.hyperparameters().items() if k.startswith("sagemaker_")} == sent
 
 
 def test_no_distribution_adds_nothing_but_a_process_count():
-    assert run_sagemaker.framework_hyperparameters("none", "local", None) == {}
-    assert run_sagemaker.framework_hyperparameters("none", "local", 2) == {
-        "sagemaker_mpi_num_of_processes_per_host": "2"
-    }
+    assert spec.framework_hyperparameters("none", "local", None) == {}
+    assert spec.framework_hyperparameters("none", "local", 2) == {"sagemaker_mpi_num_of_processes_per_host": "2"}
 
 
 def test_key_value_words():
-    assert run_sagemaker.key_values(["a.b=1", "c=x=y", "d="], "a=1") == {"a.b": "1", "c": "x=y", "d": ""}
+    assert spec.key_values(["a.b=1", "c=x=y", "d="], "a=1") == {"a.b": "1", "c": "x=y", "d": ""}
     with pytest.raises(SystemExit, match="'oops' is not key=value, e.g. a=1"):
-        run_sagemaker.key_values(["oops"], "a=1")
+        spec.key_values(["oops"], "a=1")
 
 
 def test_the_other_sdk_is_named_with_its_venv(capsys):
@@ -70,7 +70,7 @@ def test_the_other_sdk_is_named_with_its_venv(capsys):
         SystemExit, match="--sdk v3 needs SageMaker SDK 3.x, but 2.x is installed here; run .venv-sdk3/bin/python"
     ):
         run_sagemaker.main(["--sdk", "v3", "--image", "x", "--input", "d", "--output", "o"])
-    assert json.loads(run_sagemaker.framework_hyperparameters("mpi", "local", None)["sagemaker_mpi_enabled"]) is True
+    assert json.loads(spec.framework_hyperparameters("mpi", "local", None)["sagemaker_mpi_enabled"]) is True
 
 
 CLOUD = [
@@ -88,7 +88,7 @@ CLOUD = [
 
 
 def job(*words):
-    return run_sagemaker.make_job(run_sagemaker.parse_args([*words]))
+    return spec.make_job(options.parse_args([*words]))
 
 
 def test_checkpoints_default_under_the_output_and_always_end_in_a_slash():
@@ -124,14 +124,14 @@ def test_bad_job_options_are_named(words, message):
 def test_local_checkpoints_are_a_mounted_channel(tmp_path):
     local = job("--image", "i", "--input", "d", "--output", "o", "--checkpoints", str(tmp_path / "ck"))
     assert local.inputs["checkpoints"] == f"file://{tmp_path}/ck"
-    assert local.hyperparameters["checkpoint.dirpath"] == run_sagemaker.LOCAL_CHECKPOINTS and local.checkpoints is None
+    assert local.hyperparameters["checkpoint.dirpath"] == spec.LOCAL_CHECKPOINTS and local.checkpoints is None
 
 
 def test_dotted_settings_nest_for_sdk3_s_driver():
     words = ["trainer.max_epochs=3", "data.batch_size=32", "data=CIFAR10DataModule", "optimizer=Adam", "optimizer.lr=0.1",
              'trainer={"devices": 1}', "data.init_args.val_split=0.1", "model.arch=resnet18", "checkpoint.filename=a=b,c",
              "trainer.enable_progress_bar=False", "trainer.max_time=None"]  # fmt: skip
-    assert run_sagemaker.nested(run_sagemaker.key_values(words, "")) == {
+    assert sdk3.nested(spec.key_values(words, "")) == {
         "trainer": {"devices": 1, "max_epochs": 3, "enable_progress_bar": False, "max_time": None},
         "data": {"class_path": "CIFAR10DataModule", "init_args": {"batch_size": 32, "val_split": 0.1}},
         "optimizer": {"class_path": "Adam", "init_args": {"lr": 0.1}},
@@ -141,13 +141,13 @@ def test_dotted_settings_nest_for_sdk3_s_driver():
 
 
 def test_an_entry_point_outside_the_source_dir_is_one_line(tmp_path):
-    args = run_sagemaker.parse_args(["--image", "x", "--input", ".", "--output", ".", "--source-dir", str(tmp_path)])
+    args = options.parse_args(["--image", "x", "--input", ".", "--output", ".", "--source-dir", str(tmp_path)])
     with pytest.raises(SystemExit, match=f"--entry-point train.py is not a file of --source-dir {tmp_path}"):
-        run_sagemaker.make_job(args)
+        spec.make_job(args)
 
 
 def test_validation_watch_reads_the_accuracy_lines_as_they_pass(capsys):
-    watch = run_sagemaker.ValidationWatch(sys.stdout)
+    watch = ValidationWatch(sys.stdout)
     log = (
         "algo-1-abcde  | epoch 0 step 28: val/acc=0.5000 val/loss=1.2000\n"
         "algo-2-fghij  | rank 1/2 host algo-2: weights 0123 at step 84\n"

@@ -1,0 +1,106 @@
+"""Start a training job on the image with the SageMaker Python SDK: local mode (docker compose) or the cloud.
+
+That line is what `python scripts/run_sagemaker.py --help` prints above the options this module parses: the command
+line, as argparse reads it (types and choices only: spec.make_job checks the job the options describe).
+
+    python scripts/run_sagemaker.py --help  # every option with its default
+
+    from jobs import options  # from scripts/
+
+    options.parse_args(["--image", "i", "--input", "data", "--output", "runs", "trainer.max_epochs=1"])
+"""
+
+import argparse
+
+from jobs.spec import DISTRIBUTIONS
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
+    )
+    p.add_argument("--image", required=True, help="image URI: a local tag for local mode, an ECR URI for the cloud")
+    p.add_argument("--instance-type", default="local", help="local, local_gpu, or an ml.* type")
+    p.add_argument("--instance-count", type=int, default=1, help="hosts (containers in local mode)")
+    p.add_argument("--input", required=True, help="training data: a directory, file://... or s3://...")
+    p.add_argument("--channel", default="training", help="input channel name (the trainer reads DATA_CHANNEL)")
+    p.add_argument("--output", required=True, help="where each job's folder goes: a directory, file://... or s3://...")
+    p.add_argument("--role", default=None, help="SageMaker execution role ARN (needed in the cloud)")
+    p.add_argument("--job-name", default="lightning", help="job name prefix; a timestamp is appended")
+    p.add_argument(
+        "--source-dir",
+        default=None,
+        help="your project's directory, shipped with the job (default: the image's example)",
+    )
+    p.add_argument("--entry-point", default="train.py", help="with --source-dir: the script in it that trains")
+    p.add_argument(
+        "--sdk", choices=["v2", "v3"], default=None, help="SageMaker SDK API (default: the installed major version)"
+    )
+    p.add_argument(
+        "--distribution", choices=list(DISTRIBUTIONS), default="none", help="how SageMaker starts the processes"
+    )
+    p.add_argument(
+        "--processes-per-host", type=int, default=None, help="for the distributions (default: one per GPU, or 1)"
+    )
+    p.add_argument(
+        "--launcher",
+        choices=["lightning", "torchrun"],
+        default="lightning",
+        help="without a distribution: Lightning starts the per-device processes, or torchrun (c10d) does",
+    )
+    p.add_argument(
+        "--checkpoints",
+        default=None,
+        help="where last.ckpt lives across restarts: s3://... (checkpoint_s3_uri; "
+        "default: <output>/<job>/checkpoints/), or a directory in local mode",
+    )
+    p.add_argument(
+        "--spot", action="store_true", help="managed spot training: resumes from --checkpoints when interrupted"
+    )
+    p.add_argument("--max-run", type=int, default=24 * 3600, help="seconds of training before SageMaker stops the job")
+    p.add_argument(
+        "--max-wait",
+        type=int,
+        default=None,
+        help="with --spot: seconds including waits for capacity (≥ --max-run; default 2 × it)",
+    )
+    p.add_argument(
+        "--max-retry-attempts",
+        type=int,
+        default=None,
+        help="restarts after interruptions or internal errors (--spot: default 3)",
+    )
+    p.add_argument(
+        "--tensorboard",
+        default=None,
+        help="s3://... for TensorBoard logs written during training (else in output.tar.gz)",
+    )
+    p.add_argument(
+        "--network-isolation",
+        action="store_true",
+        help="no network access from the containers (data through channels only)",
+    )
+    p.add_argument("--subnets", default=None, help="comma-separated VPC subnet IDs")
+    p.add_argument(
+        "--security-groups",
+        default=None,
+        help="comma-separated security group IDs (multi-node: one that admits itself)",
+    )
+    p.add_argument("--tag", action="append", default=[], metavar="KEY=VALUE", help="a tag of the job (repeatable)")
+    p.add_argument(
+        "--env",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="an environment variable of the job (repeatable)",
+    )
+    p.add_argument(
+        "--wait", action=argparse.BooleanOptionalAction, default=True, help="wait for the job and stream its logs"
+    )
+    p.add_argument(
+        "--dry-run", action="store_true", help="print the CreateTrainingJob request as JSON and send nothing (cloud)"
+    )
+    p.add_argument(
+        "hyperparameters", nargs="*", metavar="key=value", help="trainer arguments, e.g. trainer.max_epochs=5"
+    )
+    return p.parse_args(argv)

@@ -1,0 +1,135 @@
+"""SDK 3.x's adapter: a job (spec.Job) started as a ModelTrainer(training_image=...), Mode.LOCAL_CONTAINER for the
+local instance types; --source-dir code runs under SDK 3.x's own driver, which takes the settings nested (nested()).
+The SDK is imported when a job starts, after every check (spec.make_job).
+
+    .venv-sdk3/bin/python scripts/run_sagemaker.py --image sagemaker-lightning:latest --input data/synthetic \\
+        --output runs trainer.max_epochs=1
+
+    from jobs import sdk3  # from scripts/; nested() needs no SDK
+
+    sdk3.nested({"trainer.max_epochs": "3", "data": "X", "data.batch_size": "32"})
+"""
+
+import os
+
+from jobs import dry_run
+from jobs.spec import CHECKPOINTS, Job
+from sagemaker_lightning.hyperparameters import typed
+from sagemaker_lightning.lines import METRICS  # the runtime's lines, read into CloudWatch metrics
+
+
+def nested(hyperparameters: dict[str, str]) -> dict:
+    """Dotted settings as nested groups, the form SDK 3.x's driver accepts: it exports each top-level key as a shell
+    variable, and a dot stops it ("not a valid identifier") before any code runs. A value and settings under the
+    same key are a class and its arguments: data=X data.batch_size=32 → {"data": {"class_path": "X", "init_args":
+    {"batch_size": 32}}}. Values are typed as the runtime types them (JSON, else a Python literal, else a string)."""
+    tree: dict = {}
+    for key, value in hyperparameters.items():
+        *groups, last = key.replace(".init_args.", ".").split(".")  # data.init_args.x is data.x to jsonargparse
+        node = tree
+        for group in groups:
+            node = _settings_of(node, group)
+        value, current = typed(value), node.get(last)
+        if isinstance(current, dict) and isinstance(value, dict):
+            node[last] = {**value, **current}
+        elif isinstance(current, dict):  # its settings came first: `value` is their class
+            node[last] = {"class_path": value, "init_args": current.get("init_args", current)}
+        else:
+            node[last] = value
+    return tree
+
+
+def _settings_of(node: dict, key: str) -> dict:
+    """The dict where settings under node[key] go: node[key] itself, or its init_args when it names a class."""
+    current = node.get(key)
+    if current is None or not isinstance(current, dict):
+        node[key] = {} if current is None else {"class_path": current, "init_args": {}}
+    return node[key].setdefault("init_args", {}) if "class_path" in node[key] else node[key]
+
+
+def run(job: Job) -> str | None:
+    """Start the job; wait for it unless job.wait is False. Returns the model.tar.gz URI: in local mode always, in the
+    cloud when it waited."""
+    import boto3
+    from sagemaker.core.helper.session_helper import Session
+    from sagemaker.core.training.configs import (
+        CheckpointConfig,
+        Compute,
+        InputData,
+        MetricDefinition,
+        Networking,
+        OutputDataConfig,
+        RetryStrategy,
+        StoppingCondition,
+        Tag,
+    )
+    from sagemaker.train import ModelTrainer
+    from sagemaker.train.configs import SourceCode
+    from sagemaker.train.distributed import Torchrun
+    from sagemaker.train.model_trainer import Mode
+
+    if job.dry_run:
+        os.environ["SAGEMAKER_VALIDATE_ROLE"] = "false"  # SDK 3.x checks the role through IAM: not in a dry run
+    if job.local:
+        root = os.path.join(job.output[len("file://") :], job.name)
+        os.makedirs(root, exist_ok=True)
+        settings = dict(
+            training_mode=Mode.LOCAL_CONTAINER,
+            local_container_root=root,
+            compute=Compute(
+                instance_type="local_cpu" if job.instance_type == "local" else job.instance_type,
+                instance_count=job.instance_count,
+            ),
+        )
+    else:
+        boto_session = boto3.Session()
+        if job.dry_run:
+            dry_run.intercept(boto_session)
+        settings = dict(
+            sagemaker_session=Session(boto_session=boto_session),
+            compute=Compute(
+                instance_type=job.instance_type,
+                instance_count=job.instance_count,
+                enable_managed_spot_training=job.spot,
+            ),
+            stopping_condition=StoppingCondition(
+                max_runtime_in_seconds=job.max_run, max_wait_time_in_seconds=job.max_wait
+            ),
+            output_data_config=OutputDataConfig(s3_output_path=job.output),
+            checkpoint_config=CheckpointConfig(s3_uri=job.checkpoints, local_path=CHECKPOINTS),
+            networking=Networking(
+                enable_network_isolation=job.network_isolation,
+                subnets=job.subnets,
+                security_group_ids=job.security_groups,
+            ),
+            tags=[Tag(key=k, value=v) for k, v in job.tags.items()] or None,
+        )
+    hyperparameters = job.hyperparameters
+    if job.source_dir:  # SDK 3.x's own driver runs the code (sm_train.sh): nested settings, its distributions
+        hyperparameters = nested({k: v for k, v in hyperparameters.items() if not k.startswith("sagemaker_")})
+        requirements = "requirements.txt" if os.path.isfile(os.path.join(job.source_dir, "requirements.txt")) else None
+        settings["source_code"] = SourceCode(
+            source_dir=job.source_dir, entry_script=job.entry_point, requirements=requirements
+        )
+        if job.distribution == "torch_distributed":  # else none (spec.make_job: SDK 3.x's driver runs no other)
+            settings["distributed"] = Torchrun(process_count_per_node=job.processes_per_host)
+    trainer = ModelTrainer(
+        training_image=job.image,
+        role=job.role,
+        base_job_name=job.name,
+        hyperparameters=hyperparameters,
+        environment=job.environment,
+        **settings,
+    )
+    if not job.local:
+        trainer = trainer.with_metric_definitions([MetricDefinition(name=n, regex=r) for n, r in METRICS.items()])
+        if job.max_retry_attempts is not None:
+            trainer = trainer.with_retry_strategy(RetryStrategy(maximum_retry_attempts=job.max_retry_attempts))
+    inputs = [
+        InputData(channel_name=name, data_source=source if source.startswith("s3://") else source[len("file://") :])
+        for name, source in job.inputs.items()
+    ]
+    trainer.train(input_data_config=inputs, wait=job.wait, logs=job.wait)
+    if job.local:
+        return f"file://{root}/compressed_artifacts/model.tar.gz"  # where SDK 3.x local mode packs it
+    return trainer._latest_training_job.model_artifacts.s3_model_artifacts if job.wait else None

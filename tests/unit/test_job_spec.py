@@ -1,0 +1,113 @@
+"""scripts/jobs/spec.py: the job that scripts/run_sagemaker.py's options describe, resolved and checked before the
+SageMaker SDK is imported; a bad option fails in one line."""
+
+import dataclasses
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from jobs import options, spec
+
+pytestmark = pytest.mark.unit
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SCRIPT = os.path.join(ROOT, "scripts", "run_sagemaker.py")
+SOURCE = ["--source-dir", os.path.join(ROOT, "tests", "user_project")]  # a project with its train.py
+PYTHON = {"v2": sys.executable, "v3": os.path.join(ROOT, ".venv-sdk3", "bin", "python")}
+# `python scripts/run_sagemaker.py WORDS` (its folder first on sys.path), then whether the SageMaker SDK was imported
+RUN = """
+import os, runpy, sys
+sys.argv = sys.argv[1:]
+sys.path[0] = os.path.dirname(sys.argv[0])
+try:
+    runpy.run_path(sys.argv[0], run_name="__main__")
+finally:
+    print("sagemaker imported" if "sagemaker" in sys.modules else "sagemaker not imported")
+"""
+LOCAL = ["--image", "i", "--input", "d", "--output", "o"]
+CLOUD = ["--image", "i", "--instance-type", "ml.g5.xlarge", "--role", "arn:aws:iam::1:role/r", "--input", "s3://b/in",
+         "--output", "s3://b/out"]  # fmt: skip
+
+
+def job(*words, installed="v2"):
+    return spec.make_job(options.parse_args([*words]), installed)
+
+
+def test_a_cloud_job_is_resolved_from_its_options():
+    cloud = job(*CLOUD, "--launcher", "torchrun", "--env", "NCCL_DEBUG=INFO", "--tensorboard", "s3://b/tb", "--subnets",
+                "s-1,s-2", "--security-groups", "g-1", "--tag", "a=b", "--distribution", "mpi", "trainer.max_epochs=2")  # fmt: skip
+    assert (cloud.sdk, cloud.role, cloud.output, cloud.inputs) == (
+        "v2",
+        CLOUD[5],
+        "s3://b/out",
+        {"training": "s3://b/in"},
+    )
+    assert cloud.hyperparameters == {
+        "trainer.max_epochs": "2",
+        "logger.save_dir": "s3://b/tb",
+        **spec.framework_hyperparameters("mpi", "ml.g5.xlarge", None),
+    }
+    assert cloud.environment == {"DATA_CHANNEL": "training", "LAUNCHER": "torchrun", "NCCL_DEBUG": "INFO"}
+    assert (cloud.subnets, cloud.security_groups, cloud.tags) == (["s-1", "s-2"], ["g-1"], {"a": "b"})
+    assert cloud.wait and not cloud.local and not job(*CLOUD, "--dry-run").wait and not job(*CLOUD, "--no-wait").wait
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        cloud.role = "another"
+
+
+def test_a_local_job_gets_the_dummy_role_and_its_own_tensorboard_setting():
+    local = job(*LOCAL, "--tensorboard", "s3://b/tb", "logger.save_dir=mine")
+    assert local.local and local.role == spec.LOCAL_ROLE and local.output == f"file://{os.path.abspath('o')}"
+    assert local.hyperparameters == {"logger.save_dir": "mine"}
+
+
+def test_the_sdk_is_the_installed_one_unless_named():
+    assert job(*LOCAL, installed="v3").sdk == "v3"
+    with pytest.raises(SystemExit, match=r"--sdk v2 needs SageMaker SDK 2\.x, but 3\.x is installed here; run \.venv/"):
+        job("--sdk", "v2", *LOCAL, installed="v3")
+
+
+@pytest.mark.parametrize(
+    "words, message",
+    [
+        ([*LOCAL, "--dry-run"], "--dry-run and --spot are for cloud jobs"),
+        ([*LOCAL[:-1], "s3://b/out"], "SDK 3.x local mode writes its artifacts to a local --output directory"),
+        ([*LOCAL, *SOURCE, "--distribution", "mpi"], "SDK 3.x runs --source-dir code with --distribution none or "
+         "torch_distributed, not mpi"),
+        ([*CLOUD, *SOURCE, "--distribution", "pytorchddp"], "--distribution none or torch_distributed, not pytorchddp"),
+    ],
+)  # fmt: skip
+def test_sdk3_s_own_rules_are_checked_with_the_others(words, message):
+    with pytest.raises(SystemExit, match=re.escape(message)):
+        job(*words, installed="v3")
+
+
+def test_what_sdk3_refuses_sdk2_runs():
+    assert job(*LOCAL[:-1], "s3://b/out").output == "s3://b/out"
+    assert job(*LOCAL, *SOURCE, "--distribution", "mpi").distribution == "mpi"
+    assert job(*LOCAL, *SOURCE, "--distribution", "torch_distributed", installed="v3").source_dir == SOURCE[1]
+
+
+@pytest.mark.parametrize(
+    "sdk, words, message",
+    [
+        ("v2", [a for a in CLOUD if not a.startswith(("--role", "arn:"))], "a cloud job needs --role"),
+        ("v2", [*CLOUD, "--tag", "oops"], "'oops' is not key=value, e.g. project=cifar10"),
+        ("v2", ["--sdk", "v3", *LOCAL], "--sdk v3 needs SageMaker SDK 3.x, but 2.x is installed here"),
+        ("v3", [*LOCAL[:-1], "s3://b/out"], "SDK 3.x local mode writes its artifacts to a local --output directory"),
+    ],
+)
+def test_a_bad_option_fails_in_one_line_before_the_sdk_is_imported(sdk, words, message, tmp_path):
+    run = subprocess.run(
+        [PYTHON[sdk], "-c", RUN, SCRIPT, *words], cwd=tmp_path, capture_output=True, text=True, timeout=120
+    )
+    assert run.returncode == 1 and run.stdout == "sagemaker not imported\n", run.stdout + run.stderr
+    assert run.stderr.startswith(f"error: {message}") and run.stderr.count("\n") == 1, run.stderr
+    assert not os.listdir(tmp_path)  # nothing made: no output or checkpoint folder
+
+
+def test_the_command_finds_its_parts_from_any_working_directory(tmp_path):
+    run = subprocess.run([sys.executable, SCRIPT, "--help"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0 and "Start a training job on the image" in run.stdout, run.stderr
