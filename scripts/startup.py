@@ -1,5 +1,9 @@
-"""Seconds from `docker run` to the first optimizer step, started as SageMaker starts the image: the entrypoint,
-the training toolkit's `train`, launch.py, then train.py importing, loading the data and setting up DDP.
+"""Seconds from `docker run` to the first optimizer step, started as SageMaker starts the image, phase by phase, each
+ended by the first line of the job's output that marks it (PHASES): the container and PID 1 up with the training
+toolkit's `train` imported, the toolkit's set-up, train.py importing torch and Lightning and resolving its
+configuration (the runtime's `launch:` line), the trainer and model set up (the pre-flight line), then the data loaded
+and the first step. Also the import time of a bare `python -c pass` in the image (what every Python process there
+pays before its first line: the start-up hook included).
 
     python scripts/startup.py --image sagemaker-lightning:latest          # make bench-startup
 """
@@ -8,12 +12,22 @@ import argparse
 import json
 import os
 import platform
+import re
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
 
 import make_dataset
+
+PHASES = (  # (phase, the output line that ends it), in the order they come
+    ("container + toolkit import", r"Imported framework"),  # sagemaker-training's trainer.py
+    ("toolkit set-up", r"Invoking script with the following command"),
+    ("script: imports + configuration", r"^launch: "),  # the runtime's launch line
+    ("trainer + model set-up", r"^pre-flight: "),
+    ("data + first step", r" step 1/"),
+)
 
 
 def opt_ml(root: str, train_images: int) -> str:
@@ -38,7 +52,8 @@ def opt_ml(root: str, train_images: int) -> str:
     return root
 
 
-def first_step_seconds(image: str, root: str) -> float:
+def phase_seconds(image: str, root: str) -> list[float]:
+    """Seconds from `docker run` to the end of each of PHASES, in one run."""
     started = time.monotonic()
     run = subprocess.Popen(
         [
@@ -58,13 +73,33 @@ def first_step_seconds(image: str, root: str) -> float:
         stderr=subprocess.STDOUT,
         text=True,
     )
-    seconds = None
+    ends: list[float] = []
     for line in run.stdout:
-        if seconds is None and " step 1/" in line:
-            seconds = time.monotonic() - started
-    if run.wait() != 0 or seconds is None:
-        raise SystemExit(f"error: the run in {image} failed or printed no first step (exit code {run.returncode})")
-    return seconds
+        if len(ends) < len(PHASES) and re.search(PHASES[len(ends)][1], line):
+            ends.append(time.monotonic() - started)
+    if run.wait() != 0 or len(ends) < len(PHASES):
+        missing = PHASES[len(ends)][0] if len(ends) < len(PHASES) else "none"
+        raise SystemExit(
+            f"error: the run in {image} failed (exit code {run.returncode}) or never ended phase {missing}"
+        )
+    return ends
+
+
+def bare_python_seconds(image: str, runs: int) -> float:
+    """The median of `runs` imports' total of `python -X importtime -c pass` in the image, in seconds: what every
+    Python process there imports before its first line (site, the .pth start-up hook and what it imports)."""
+    totals = []
+    for _ in range(runs):
+        done = subprocess.run(
+            ["docker", "run", "--rm", "--entrypoint", "python3", image, "-X", "importtime", "-c", "pass"],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        # each line: "import time: self [us] | cumulative | name"; top-level imports have no leading spaces in name
+        rows = [line.split("|") for line in done.stderr.splitlines() if line.startswith("import time:")][1:]
+        totals.append(sum(int(r[1]) for r in rows if not r[2].startswith("  ")) / 1e6)
+    return statistics.median(totals)
 
 
 def main() -> int:
@@ -75,15 +110,20 @@ def main() -> int:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as root:
         opt_ml(root, args.train_images)
-        runs = [first_step_seconds(args.image, root) for _ in range(args.repeat)]
+        runs = [phase_seconds(args.image, root) for _ in range(args.repeat)]
+    bare = bare_python_seconds(args.image, args.repeat)
     engine = subprocess.run(
         ["docker", "version", "-f", "{{.Server.Version}}"], capture_output=True, text=True
     ).stdout.strip()
+    best = min(runs, key=lambda ends: ends[-1])
     print(
-        f"runs: {', '.join(f'{s:.1f}' for s in runs)} s; {os.cpu_count()} CPUs {platform.processor() or platform.machine()}, "
-        f"Docker {engine}, {args.train_images} training images"
+        f"runs: {', '.join(f'{ends[-1]:.1f}' for ends in runs)} s; {os.cpu_count()} CPUs "
+        f"{platform.processor() or platform.machine()}, Docker {engine}, {args.train_images} training images"
     )
-    print(f"startup: first_step_s={min(runs):.1f}")
+    for (phase, _), end, start in zip(PHASES, best, [0.0, *best], strict=False):
+        print(f"  {phase:<34} {end - start:5.1f} s (at {end:.1f} s)")
+    print(f"python -c pass in the image: {bare:.2f} s of imports (median of {args.repeat})")
+    print(f"startup: first_step_s={best[-1]:.1f}")
     return 0
 
 

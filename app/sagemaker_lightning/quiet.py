@@ -36,7 +36,7 @@ LIBRARIES = (
 DEPRECATIONS = (DeprecationWarning, PendingDeprecationWarning, FutureWarning)
 MOOT = (
     # the runtime prints a progress line after the first step, then by time as well as by log_every_n_steps
-    # (callbacks.LogLines), and Lightning counts its logging steps across epochs: an epoch shorter than the
+    # (progress.LogLines), and Lightning counts its logging steps across epochs: an epoch shorter than the
     # interval still shows its progress, and TensorBoard still gets points when the run is longer than it
     r".*is smaller than the logging interval",
     # the summary's size estimate in 32 bits for a mixed precision, which the runtime may have chosen itself

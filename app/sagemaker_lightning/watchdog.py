@@ -1,8 +1,7 @@
 """A hang names itself. Once training runs, a collective that does not finish within the training timeout ends the job
 on every host in one line that names the operation, the ranks and hosts that did not arrive, and what they were doing:
 
-    training_timeout: null   # trainer.yaml: seconds; null: 10x the median step time, at least 120 s (dist_timeout
-                             # until 10 steps are timed); dist_timeout stays the bound for joining
+    python train.py --training_timeout 300    # seconds; null: timeout_s's rule (FLOOR_S, TIMES_MEDIAN below)
     torchfrtrace $SM_OUTPUT_DATA_DIR/flight_recorder -p rank_   # the dumps of the ranks that ended (NCCL's; torch
                                                                 # 2.14.1's analyser fails on gloo's: pickle.load them)
 

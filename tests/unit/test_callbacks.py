@@ -1,4 +1,4 @@
-"""The plain progress lines of a run without a terminal (callbacks.LogLines): after the first step, then by
+"""The plain progress lines of a run without a terminal (progress.LogLines): after the first step, then by
 time as well as every log_every_n_steps, with an ETA from the first line; SageMaker's metric definitions read them."""
 
 import re
@@ -10,6 +10,7 @@ from pytorch_lightning.demos.boring_classes import BoringModel
 from torch.utils.data import DataLoader, TensorDataset
 
 from sagemaker_lightning.flavor import made
+from sagemaker_lightning.lines import METRICS
 from sagemaker_lightning.progress import LogLines
 
 pytestmark = pytest.mark.unit
@@ -57,5 +58,5 @@ def test_lines_come_after_the_first_step_then_by_time_and_by_steps(capsys):
     # 1: the first step; 4: 33 s after step 1; 5: log_every_n_steps; 8: 33 s after step 5
     assert steps == [1, 4, 5, 8], lines
     assert lines[0].endswith(f"images/s={4 / STEP_S:.1f} eta=0:01:17")  # 7 steps to go at 11 s each
-    for regex in (lines.METRICS["train:loss"], lines.METRICS["train:images_per_second"]):
+    for regex in (METRICS["train:loss"], METRICS["train:images_per_second"]):
         assert all(re.search(regex, line) for line in lines)
