@@ -84,13 +84,13 @@ class Plan:
         """The job's paths as configuration keys, given before the user's arguments (so theirs win)."""
         if not self.on_sagemaker:
             return {}
-        paths = {
+        keys = {
             "checkpoint.dirpath": self.checkpoint_dir,  # last.ckpt there is what a restarted job resumes from
             "model_dir": self.model_dir,  # model.pt and config.yaml, in model.tar.gz
             "trainer.default_root_dir": self.output_data_dir,  # what else the trainer writes, in output.tar.gz
             "logger.save_dir": self.output_data_dir and os.path.join(self.output_data_dir, "tensorboard"),
         }
-        return {key: value for key, value in paths.items() if value}
+        return {key: value for key, value in keys.items() if value}
 
     def apply(self, env, override: bool) -> None:
         """Set the plan's variables in `env` (os.environ): all of them (`override`: the runtime's LightningCLI, from

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from sagemaker_lightning import instances
+from sagemaker_lightning import efa, instances
 from sagemaker_lightning.failure import UserError
 from sagemaker_lightning.flavor import made
 from sagemaker_lightning.lines import say
@@ -263,11 +263,11 @@ class Preflight:
             devices = f"ok ({torch.cuda.device_count()} GPUs)"
             if problem := compute_problem(device):
                 problems.append(("devices", problem))
-        efa = "not needed (one host)"
+        efa_seen = "not needed (one host)"
         if len(self.plan.hosts) > 1:
-            efa, efa_problems = efa.findings(instance, os.environ, self.root)
+            efa_seen, efa_problems = efa.findings(instance, os.environ, self.root)
             problems += [("EFA", p) for p in efa_problems]
-        return Findings(trainer.global_rank, self.plan.host, devices, efa, problems)
+        return Findings(trainer.global_rank, self.plan.host, devices, efa_seen, problems)
 
     def measure(self, findings: Sequence[Findings], device: torch.device) -> Measured:
         """Every rank calls it; rank 0's result counts. SMDDP has no send/recv: no point-to-point there."""

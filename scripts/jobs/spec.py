@@ -16,9 +16,12 @@ import os
 import sys
 import time
 
+from sagemaker_lightning import paths
+
 LOCAL_ROLE = "arn:aws:iam::111111111111:role/service-role/LocalModeRole"  # local mode needs a role ARN, checks none
-# SageMaker syncs it with checkpoint_s3_uri; app/sagemaker_lightning/plan.py makes it the trainer's checkpoint.dirpath
-CHECKPOINTS = "/opt/ml/checkpoints"
+# the container's checkpoint directory: SageMaker syncs it with checkpoint_s3_uri; the runtime's plan makes it the
+# trainer's checkpoint.dirpath
+CHECKPOINTS = paths.default_checkpoint_dir({})
 LOCAL_CHECKPOINTS = "/opt/ml/input/data/checkpoints"  # local mode has no checkpoint sync: a mounted channel instead
 # SageMaker's framework hyperparameters per distribution, as SDK 2.x's PyTorch estimator sets them; the toolkit
 # in the image reads them and picks its runner (tests/unit/test_run_sagemaker.py compares with the SDK's own)

@@ -2,6 +2,7 @@
 and environment, the slow-host rule and the verdict every rank reaches from the gathered findings."""
 
 import os
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -9,9 +10,11 @@ import torch
 from sagemaker_lightning import instances
 from sagemaker_lightning.efa import findings as efa_findings
 from sagemaker_lightning.network import network_env
+from sagemaker_lightning.plan import make_plan
 from sagemaker_lightning.preflight import (
     Findings,
     Measured,
+    Preflight,
     busbw,
     compute_problem,
     device_problems,
@@ -130,6 +133,29 @@ def test_efa_problems_each_named(tmp_path):
         "FI_EFA_USE_DEVICE_RDMA=0 turns GPUDirect RDMA off (unset it)",
         "the aws-ofi-nccl plugin (libnccl-net*.so) is not on the loader's path (LD_LIBRARY_PATH)",
     ]
+
+
+def test_a_rank_of_a_two_host_job_finds_its_devices_and_its_hosts_efa(tmp_path, monkeypatch):
+    """Preflight.local, as each rank runs it: on a job of several hosts it reads this host's EFA (a local name that
+    hid the efa module once broke every two-host job here, and only the toolkit tier saw it)."""
+    root = sysfs(tmp_path, "rdmap16s27", plugin_dir=OFI)
+    env = {
+        "SM_HOSTS": '["algo-1","algo-2"]',
+        "SM_CURRENT_HOST": "algo-2",
+        "SM_CURRENT_INSTANCE_TYPE": "ml.p4d.24xlarge",
+    }
+    monkeypatch.setenv("LD_LIBRARY_PATH", OFI)
+    check = Preflight(make_plan(env, {"eth0"}), root=root)
+    found = check.local(SimpleNamespace(global_rank=1), torch.device("cpu"))
+    assert (found.rank, found.host, found.devices, found.efa) == (
+        1,
+        "algo-2",
+        "cpu, not checked",
+        "1 of 4 devices, libnccl-net-ofi.so",
+    )
+    assert ("EFA", "ml.p4d.24xlarge has EFA but no EFA device shows in /sys/class/infiniband") not in found.problems
+    one_host = Preflight(make_plan({**env, "SM_HOSTS": '["algo-2"]'}, {"eth0"}), root=root)
+    assert one_host.local(SimpleNamespace(global_rank=0), torch.device("cpu")).efa == "not needed (one host)"
 
 
 def test_no_efa_check_where_the_type_has_none(tmp_path):
