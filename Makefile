@@ -68,7 +68,7 @@ bench-overhead: install  ## Steps/s of a negligible model: Lightning's Lightning
 bench-memory: install  ## Parameter + gradient + optimizer-state MiB per process, ddp vs fsdp, 2 CPU processes (BENCH_ARGS="--arch convnext_base")
 	$(PYTHON) scripts/bench_memory.py $(BENCH_ARGS)
 
-bench-startup: install  ## Seconds from docker run to the first optimizer step in $(IMAGE):$(TAG), as SageMaker starts it
+bench-startup: install  ## Seconds from docker run to the first optimizer step in $(IMAGE):$(TAG), as SageMaker starts it, phase by phase
 	$(PYTHON) scripts/startup.py --image $(IMAGE):$(TAG)
 
 build:  ## Build $(IMAGE):$(TAG) for FLAVOR=dlc|dlc-smddp|conda|pypi (BASE_IMAGE, BUILD_ARGS, PIP_CA_BUNDLE, DOCKER: see above)
