@@ -131,12 +131,13 @@ class ResumePoint:
     """The checkpoint the job resumes from, the same on every rank (module docstring). Before the ranks have joined,
     trainer.ckpt_path is set to `candidate`: last.ckpt's path when the directory holds any checkpoint (a listing,
     the same on every host); under fsdp the newest complete sharded save this host holds. When Lightning loads it,
-    once the ranks have joined, `choose` gives rank 0's choice."""
+    once the ranks have joined, `choose` gives rank 0's choice; under fsdp the strategy loads rank 0's candidate (it
+    broadcasts the path: sharding.FullyShardedStrategy.load_checkpoint)."""
 
     def __init__(self, dirpath: str, model: Mapping | None, strict: bool, sharded_saves: bool, announce: bool):
         """model: its state dict; strict: its strict_loading; sharded_saves: under fsdp; announce: on global rank 0,
         where a save skipped as cut short is said."""
-        self.dirpath, self.model, self.strict, self.sharded = dirpath, model, strict, sharded_saves
+        self.dirpath, self.model, self.strict = dirpath, model, strict
         if sharded_saves:  # fsdp: the newest complete save in last.ckpt/, its skipped ones said once
             self.candidate = sharded.resume_path(dirpath, announce)
         else:
@@ -149,11 +150,9 @@ class ResumePoint:
         if self.candidate is None or str(path) != self.candidate:
             return path
         if self.chosen is None:
-            chosen = on_rank_zero(self._decide)
+            chosen = on_rank_zero(lambda: resume_path(self.dirpath, self.model, self.strict))
             if chosen is None:
                 raise UserError(f"the checkpoints in {self.dirpath} went away while the job started; restart it")
             self.chosen = chosen
         return self.chosen
 
-    def _decide(self) -> str | None:
-        return self.candidate if self.sharded else resume_path(self.dirpath, self.model, self.strict)
