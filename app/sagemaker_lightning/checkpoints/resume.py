@@ -155,4 +155,3 @@ class ResumePoint:
                 raise UserError(f"the checkpoints in {self.dirpath} went away while the job started; restart it")
             self.chosen = chosen
         return self.chosen
-
