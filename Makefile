@@ -25,7 +25,7 @@ PYTHON := .venv/bin/python
 # the earlier constant rate; train.py on 2 CPU processes, 17 s), about a minute in local mode on 2 CPU cores
 DEMO_ARGS := trainer.max_epochs=1 trainer.accelerator=cpu data.batch_size=16 optimizer.lr=0.02
 
-.PHONY: help install lint format test test-unit bench bench-overhead bench-memory bench-startup build push push-check debian-base demo local image clean
+.PHONY: help install lint format test test-unit lightning-cli-suite bench bench-overhead bench-memory bench-startup build push push-check debian-base demo local image clean
 
 help:  ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -58,6 +58,9 @@ test: install  ## Run every test tier: unit, toolkit, cloud, container (REQUIRE_
 
 test-unit: install  ## The unit tier alone: pure functions and in-process objects (46 s on 2 cores)
 	.venv/bin/pytest -rs tests/unit
+
+lightning-cli-suite: install  ## Lightning's own CLI tests (its tag of the installed version) with its LightningCLI and the runtime's; names any test only the runtime's fails (git clone; LIGHTNING_REPO=path: a clone)
+	.venv/bin/python scripts/lightning_cli_suite.py $(if $(LIGHTNING_REPO),--lightning-repo $(LIGHTNING_REPO))
 
 bench: install  ## Training images/s: baseline (the pipeline of Martin Krasser's part 1, README), default path, model alone (BENCH_ARGS="--repeat 3 ...")
 	$(PYTHON) scripts/benchmark.py $(BENCH_ARGS)

@@ -25,7 +25,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))  # scripts/, where sagemaker_c
 os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
 os.environ.setdefault("SAGEMAKER_USER_CONFIG_OVERRIDE", os.path.join(HERE, "sagemaker_config.yaml"))
 logging.getLogger("sagemaker.config").setLevel(logging.WARNING)  # its INFO lines go to stdout, --dry-run's JSON too
-quiet.install()  # the SDK's own deprecation notices (SDK 2.x: that 3.x exists; --sdk runs either)
+quiet.install(sdk=True)  # the SDK's own deprecation notices (SDK 2.x: that 3.x exists; --sdk runs either)
 
 
 def main(argv: list[str] | None = None) -> int:

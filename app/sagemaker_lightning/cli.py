@@ -5,13 +5,15 @@
 
 It is a subclass of the LightningCLI of the package the project's classes are built on (lightning.pytorch or
 pytorch_lightning: flavor.py), chosen when it is called, so a project's own subclass of it works with either. Off
-SageMaker it only adds the runtime's settings (settings.py), one-line failures (failure.py), the precision for the
-machine when the project sets none (precision.py), progress lines where there is no terminal (progress.py), and only
-the warnings a user can act on (quiet.py). On SageMaker, in this order:
+SageMaker it is Lightning's (scripts/lightning_cli_suite.py runs Lightning's own tests against it): it adds the
+runtime's settings to the parser (settings.py), a one-line end to a script that fails (failure.py, through
+sys.excepthook: a caller that catches gets Lightning's exception), the precision for the machine when the project sets
+none (precision.py) and only the warnings a user can act on (quiet.py); resuming and last.ckpt start with
+checkpoint.dirpath, the export with model_dir. On SageMaker, in this order:
   1. arguments: SageMaker's typed hyperparameters (hyperparameters.py) for the ones a launcher rendered, `fit` when
      no subcommand is given (both SageMaker launchers start the script with options only), and the job's paths
      before them so that the user's win: checkpoint.dirpath, model_dir, logger.save_dir, trainer.default_root_dir, the
-     data channel for the data module's data_dir (or the keys `data_channels` names);
+     data channel for the data module's data_dir (or the keys `data_channels` names); errors raise, as one line;
   2. the launch plan (plan.py) from the environment and the resolved trainer settings; its variables set; printed;
   3. the trainer, concern by concern (instantiate_trainer lists them): the strategy on the plan's cluster, backend
      and timeout (strategy.py; fsdp: sharding.py), checkpoints and resume (checkpoints/), progress lines, the stop
@@ -22,6 +24,8 @@ the warnings a user can act on (quiet.py). On SageMaker, in this order:
 """
 
 import functools
+import importlib
+import inspect
 import os
 import socket
 import sys
@@ -63,6 +67,10 @@ def _on(cls: type, pl) -> type:
     return type(cls.__name__, (cls, base), {"pl": pl, "__module__": cls.__module__, "__qualname__": cls.__qualname__})
 
 
+def _rebuilt(cls: type, package_name: str):
+    return object.__new__(_on(cls, importlib.import_module(package_name)))  # not LightningCLI.__new__: it makes one
+
+
 def _interfaces() -> set[str]:
     return {name for _, name in socket.if_nameindex()}
 
@@ -82,21 +90,17 @@ class LightningCLI:
 
     def __init__(self, *args, data_channels: Mapping[str, str] | None = None, **kwargs):
         self.data_channels = dict(data_channels) if data_channels else None
-        self.plan: Plan = make_plan({}, set())  # off SageMaker until the environment says otherwise
+        self.plan: Plan = make_plan(os.environ, _interfaces(), checkpoint_dir=paths.checkpoint_dir(os.environ))
         self.precision: precision.Choice | None = None  # trainer.precision's, or the machine's (precision.py)
         quiet.install()  # after Lightning's import, whose own filters would otherwise come first
         self._stage = "configure"
+        # a failure nobody catches (a script's, a job's) is one line; a caller that catches gets Lightning's exception
+        sys.excepthook = lambda kind, e, tb: sys.exit(self.fail(e, tb))
         try:
             super().__init__(*args, **kwargs)
-        except BaseException as e:
-            if isinstance(e, SystemExit) and not isinstance(
-                e, flavor.attribute(self.pl, "utilities.exceptions.SIGTERMException")
-            ):
-                raise  # --help, --print_config
-            raise SystemExit(self.fail(e)) from None
+        except flavor.attribute(self.pl, "utilities.exceptions.SIGTERMException") as e:
+            raise SystemExit(self.fail(e)) from None  # a stop: its line, and exit code 143
         lifecycle.leave_process_group()
-        if self.plan.on_sagemaker:  # run=False: what the project's own code raises later gets the same treatment
-            sys.excepthook = lambda kind, e, tb: sys.exit(self.fail(e, tb))
 
     def fail(self, e: BaseException, tb=None) -> int:
         """Report `e` in one line (failure.EXCEPTIONS) and return the exit code."""
@@ -131,7 +135,8 @@ class LightningCLI:
     # ---- 1. arguments ---------------------------------------------------------------------------------------------
 
     def init_parser(self, **kwargs):
-        kwargs.setdefault("exit_on_error", False)  # errors raise, and become one line (failure.py)
+        if self.plan.on_sagemaker:
+            kwargs.setdefault("exit_on_error", False)  # errors raise, and become one line (failure.py)
         return super().init_parser(**kwargs)
 
     def add_default_arguments_to_parser(self, parser) -> None:
@@ -139,12 +144,9 @@ class LightningCLI:
         settings.add_to(parser, self.pl)
 
     def parse_arguments(self, parser, args) -> None:
-        if isinstance(args, Mapping) or hasattr(args, "as_dict"):
-            return super().parse_arguments(parser, args)  # a structured configuration: as the project gives it
-        argv = list(sys.argv[1:] if args is None else args)
-        self.plan = make_plan(os.environ, _interfaces(), checkpoint_dir=paths.checkpoint_dir(os.environ))
-        if self.plan.on_sagemaker:
-            argv = hyperparameters.merge(argv, hyperparameters.read(os.environ))
+        if not self.plan.on_sagemaker or isinstance(args, Mapping) or hasattr(args, "as_dict"):
+            return super().parse_arguments(parser, args)  # Lightning's; a structured configuration as it is given
+        argv = hyperparameters.merge(list(sys.argv[1:] if args is None else args), hyperparameters.read(os.environ))
         position = _options_start(argv, parser)
         if position is None:  # options only, as SageMaker's launchers start a script: fit
             argv, position = ["fit", *argv], 1
@@ -181,22 +183,22 @@ class LightningCLI:
 
     def instantiate_classes(self) -> None:
         config = self._subconfig()
-        trainer = config["trainer"]
+        trainer = config.get("trainer") or {}  # a project's trainer class may take none of Trainer's arguments
         workers = next((config[k] for k in ("data.num_workers", "data.init_args.num_workers") if k in config), True)
         self.plan = make_plan(
             os.environ,
             _interfaces(),
-            trainer.accelerator,
-            trainer.devices,
+            trainer.get("accelerator", "auto"),
+            trainer.get("devices", "auto"),
             config["dist_timeout"],
             paths.checkpoint_dir(os.environ),
             bool(workers),
         )
         if self.plan.on_sagemaker:
             self.plan.apply(os.environ, override=True)
-            if trainer.num_nodes == 1:  # Lightning's default: the job's hosts (another number fails the world check)
+            if trainer.get("num_nodes") == 1:  # Lightning's default: the job's hosts (another fails the world check)
                 trainer.num_nodes = len(self.plan.hosts)
-            if trainer.devices in ("auto", -1, "-1", None):
+            if trainer.get("devices") in ("auto", -1, "-1"):
                 trainer.devices = self.plan.processes_per_host
             if command := strategy.torchrun_command(self.plan, os.environ, sys.executable, sys.argv):
                 os.execv(command[0], command)  # LAUNCHER=torchrun: torchrun starts one process per device instead
@@ -211,39 +213,82 @@ class LightningCLI:
         self._stage = "train"
 
     def instantiate_trainer(self, **kwargs):
-        """The trainer with the runtime's concerns, in this order; each concern's module gives its part."""
+        """Lightning's trainer with the runtime's concerns, in this order; each concern's module gives its part, and
+        off SageMaker gives nothing unless one of its settings is given (README: "Off SageMaker")."""
         config, given = self._subconfig(), self._get(self.config_init, "trainer", default={})
         pl, plan, rank_zero = self.pl, self.plan, global_rank_zero(self.plan, os.environ)
-        fsdp, model_checkpoint = self._get(self.config_init, "fsdp"), self._get(self.config_init, "checkpoint")
-        kwargs.update(strategy.arguments(pl, plan, given, list(given.get("plugins") or []), fsdp))
+        extra = {key: self._get(self.config_init, key) for key in self._parser(self.subcommand).callback_keys}
+        listed = _listed(kwargs.get("callbacks", given.get("callbacks")))  # the project's, as Lightning takes them
+        own, ours = self._own_model_checkpoint(listed), extra.get("checkpoint")
+        if own:  # the project's, instead of the runtime's `checkpoint`: one ModelCheckpoint, as Lightning's CLI has
+            del extra["checkpoint"]
+            if plan.on_sagemaker and own.dirpath is None:
+                own.dirpath = ours.dirpath  # the job's checkpoint directory, which SageMaker syncs
+        # what the runtime's checkpointing follows: the trainer's ModelCheckpoint on SageMaker; elsewhere its own only
+        model_checkpoint = own if own and plan.on_sagemaker else None if own else ours
+        fsdp = self._get(self.config_init, "fsdp")
+        kwargs.update(strategy.arguments(pl, plan, given, _listed(given.get("plugins")), fsdp))
         sharded = sharding.sharded(kwargs.get("strategy"))
         point = checkpoints.resume_point(model_checkpoint, self.model, sharded, rank_zero)  # what fit resumes from
         watch = watchdog.callbacks(pl, plan, config)  # a hang names itself, stragglers show
         kwargs["callbacks"] = [
-            *(given.get("callbacks") or []),
+            *listed,
             *progress.callbacks(pl, plan, hosts=next(iter(watch), None)),  # rank lines, progress lines
             *checkpoints.callbacks(pl, plan.on_sagemaker, config, model_checkpoint, point, self._config_yaml),
-            *stop.callbacks(pl),  # every rank stops at the same step
+            *stop.callbacks(pl, plan),  # every rank stops at the same step
             *preflight.callbacks(pl, plan, config),  # checks before the first step
             *watch,
             *scaling.callbacks(pl, config),  # scale_lr_by_world_size
         ]
-        kwargs["plugins"] = [*kwargs.get("plugins", given.get("plugins") or []), *checkpoints.plugins(pl, point)]
-        kwargs.update(progress.arguments(given))  # no progress bar without a terminal
+        plugins = checkpoints.plugins(pl, plan.on_sagemaker, point)
+        if plugins or "plugins" in kwargs:
+            kwargs["plugins"] = [*kwargs.get("plugins", _listed(given.get("plugins"))), *plugins]
+        kwargs.update(progress.arguments(plan, given))  # on SageMaker, no progress bar without a terminal
         kwargs.update(settings.logger(pl, self._get(self.config_init, "logger"), given))  # TensorBoard by default
         if "precision" in given:  # the machine's when unset; a trainer class of the project's may not take it
             self.precision = precision.for_trainer(given)
             kwargs["precision"] = self.precision.precision
             if rank_zero:
                 say(self.precision.line())
-        trainer = super().instantiate_trainer(**kwargs)
+        trainer_config = {**given, **_accepted(self.trainer_class, kwargs)}
+        trainer = self._instantiate_trainer(trainer_config, list(extra.values()))  # as Lightning's own method does
         check_world_size(plan, trainer.num_nodes, trainer.num_devices)
         checkpoints.attach(pl, plan, trainer, self.datamodule or self.model, point)  # mid-epoch loader, ckpt_path
         return trainer
 
+    def _own_model_checkpoint(self, listed: list):
+        """The project's own ModelCheckpoint: in the trainer's callbacks or trainer_defaults'."""
+        model_checkpoint = flavor.attribute(self.pl, "callbacks.ModelCheckpoint")
+        listed = listed + _listed(self.trainer_defaults.get("callbacks"))
+        return next((c for c in listed if isinstance(c, model_checkpoint)), None)
+
+    @staticmethod
+    def subcommands() -> dict[str, set[str]]:
+        """Lightning's: the subcommands and the trainer method arguments each skips."""
+        return flavor.attribute(flavor.package(), "cli.LightningCLI").subcommands()
+
+    def __reduce__(self):
+        """Pickled as the class it was made from and the package (_on), which pickle cannot find by name: ddp_spawn
+        pickles what holds the CLI (the model's hyperparameters' instantiator)."""
+        return _rebuilt, (type(self).__mro__[1], self.pl.__name__), self.__getstate__()
+
     def _config_yaml(self) -> str:
         """The resolved configuration, as model_dir's config.yaml holds it."""
         return self._parser(self.subcommand).dump(self._subconfig(), skip_none=False)
+
+
+def _listed(value) -> list:
+    """A trainer argument that takes one item or a list of them (callbacks, plugins), as a list."""
+    return [] if value is None else list(value) if isinstance(value, list | tuple) else [value]
+
+
+def _accepted(trainer_class, kwargs: dict) -> dict:
+    """The arguments `trainer_class` takes (a project's trainer class, or a function that builds one, may take only
+    some of Trainer's)."""
+    parameters = inspect.signature(trainer_class).parameters.values()
+    if any(p.kind is p.VAR_KEYWORD for p in parameters):
+        return kwargs
+    return {k: v for k, v in kwargs.items() if k in {p.name for p in parameters}}
 
 
 def _options_start(argv: list[str], parser) -> int | None:

@@ -289,4 +289,7 @@ class Preflight:
 
 
 def callbacks(pl, plan, config) -> list:
+    """Preflight, on SageMaker."""
+    if not plan.on_sagemaker:
+        return []
     return [made(Preflight, pl)(plan, config["preflight"], config["preflight_min_busbw"])]

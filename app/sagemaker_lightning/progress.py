@@ -7,7 +7,6 @@ a Callback of the project's Lightning package (flavor.made).
 
 import datetime
 import hashlib
-import socket
 import sys
 import time
 
@@ -90,12 +89,16 @@ class LogLines:
 
 
 def callbacks(pl, plan, hosts=None) -> list:
-    """RankReport and LogLines; `hosts`: where the progress line's words on the hosts' spread are (the watchdog)."""
-    host = plan.host if plan.on_sagemaker else socket.gethostname()
-    return [made(RankReport, pl)(host), made(LogLines, pl)(hosts=hosts)]
+    """RankReport and LogLines, on SageMaker; `hosts`: where the progress line's words on the hosts' spread are (the
+    watchdog)."""
+    if not plan.on_sagemaker:
+        return []
+    return [made(RankReport, pl)(plan.host), made(LogLines, pl)(hosts=hosts)]
 
 
-def arguments(trainer: dict) -> dict:
-    """No progress bar where stdout is not a terminal (carriage returns make a mess of log files) unless the project
-    asks for one: the progress lines take its place."""
-    return {"enable_progress_bar": sys.stdout.isatty()} if trainer.get("enable_progress_bar") is None else {}
+def arguments(plan, trainer: dict) -> dict:
+    """On SageMaker, no progress bar where stdout is not a terminal (carriage returns make a mess of log files) unless
+    the project asks for one: the progress lines take its place."""
+    if not plan.on_sagemaker or trainer.get("enable_progress_bar") is not None:
+        return {}
+    return {"enable_progress_bar": sys.stdout.isatty()}

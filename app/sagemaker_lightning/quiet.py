@@ -6,7 +6,8 @@ Left out:
     runtime: LIBRARIES), e.g. Lightning's use of torch's deprecated LeafSpec: the library's business with its
     dependencies. One raised in the project's own code (it calls a deprecated API) stays: the user can fix it.
   - SageMaker SDK v2's notice that v3 exists (SAGEMAKER_SUPPRESS_V2_WARNING, the SDK's own switch: it logs the
-    notice besides warning it); run_sagemaker.py runs either SDK (--sdk).
+    notice besides warning it), where the SDK runs (sdk=True: run_sagemaker.py, which runs either SDK: --sdk). The
+    trainer's process leaves the environment as it found it, as Lightning's class does.
   - Lightning's warnings that the runtime makes moot (MOOT, each with its reason).
 Warnings about the configuration (Lightning's, jsonargparse's, the runtime's) stay. A -W option or PYTHONWARNINGS
 is the user's own choice of filters: then nothing is installed.
@@ -44,11 +45,13 @@ MOOT = (
 )
 
 
-def install() -> None:
-    """Add this module's filters in front of the process's (those installed later come before them)."""
+def install(sdk: bool = False) -> None:
+    """Add this module's filters in front of the process's (those installed later come before them); `sdk`: the
+    process runs the SageMaker SDK."""
     if sys.warnoptions:
         return
-    os.environ.setdefault("SAGEMAKER_SUPPRESS_V2_WARNING", "1")
+    if sdk:
+        os.environ.setdefault("SAGEMAKER_SUPPRESS_V2_WARNING", "1")
     libraries = rf"({'|'.join(LIBRARIES)})(\.|$)"
     for category in DEPRECATIONS:
         warnings.filterwarnings("ignore", category=category, module=libraries)

@@ -54,23 +54,35 @@ SETTINGS = (
         "preflight_min_busbw",
         float | None,
         None,
-        f"all-reduce busbw floor in GB/s; null: {preflight.FLOOR_FRACTION * 100:.0f} %% of the published figure for the "
+        f"all-reduce busbw floor in GB/s; null: {preflight.FLOOR_FRACTION * 100:.0f} percent of the published figure for the "
         "instance type and host count, where there is one (instances.py)",
     ),
     Setting("scale_lr_by_world_size", bool, False, "optimizer lr × number of processes"),
 )
 
 
+GROUP = "sagemaker-lightning (the runtime's settings)"
+FILLED_IN = (  # the help's words on what a SageMaker job gives the runtime, before the user's own settings
+    "On SageMaker the job fills in checkpoint.dirpath (the checkpoint directory SageMaker syncs: /opt/ml/checkpoints), "
+    "model_dir (SM_MODEL_DIR, packed into model.tar.gz), trainer.default_root_dir and logger.save_dir (under "
+    "SM_OUTPUT_DATA_DIR) and the data module's data_dir (the training channel; LightningCLI(data_channels=...) names "
+    "another argument); settings given here win. Off SageMaker nothing is filled in: resuming and last.ckpt start "
+    "with checkpoint.dirpath, the export with model_dir (README: Off SageMaker)."
+)
+
+
 def add_to(parser, pl) -> None:
-    """The runtime's arguments on a LightningCLI parser of Lightning package `pl`."""
+    """The runtime's arguments on a LightningCLI parser of Lightning package `pl`: `checkpoint` and `logger` as their
+    classes' groups, the others in one group of their own (GROUP) that says what SageMaker fills in."""
     parser.add_lightning_class_args(flavor.attribute(pl, "callbacks.ModelCheckpoint"), "checkpoint")
     # TensorBoard, the trainer's logger unless trainer.logger names another (or false), as Lightning's default is
     # (lightning_logs/ under trainer.default_root_dir) unless logger.save_dir says where
     tensorboard = flavor.attribute(pl, "loggers.TensorBoardLogger")
     parser.add_class_arguments(tensorboard, "logger", instantiate=False, skip={"save_dir"})
-    parser.add_argument("--logger.save_dir", type=str | None, default=None, help="TensorBoard's root directory")
+    group = parser.add_argument_group(GROUP, FILLED_IN)
+    group.add_argument("--logger.save_dir", type=str | None, default=None, help="TensorBoard's root directory")
     for setting in SETTINGS:
-        parser.add_argument(f"--{setting.key}", type=setting.type, default=setting.default, help=setting.help)
+        group.add_argument(f"--{setting.key}", type=setting.type, default=setting.default, help=setting.help)
     parser.add_class_arguments(FSDPSettings, "fsdp")  # trainer.strategy=fsdp's settings (sharded_model.py)
 
 

@@ -71,5 +71,6 @@ class StopTogether:
         self.agree(trainer)  # Lightning's evaluation loop stops after this batch once received_sigterm is set
 
 
-def callbacks(pl) -> list:
-    return [flavor.made(StopTogether, pl)()]
+def callbacks(pl, plan) -> list:
+    """StopTogether, on SageMaker (elsewhere a stop is Lightning's own)."""
+    return [flavor.made(StopTogether, pl)()] if plan.on_sagemaker else []

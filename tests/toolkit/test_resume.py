@@ -20,7 +20,6 @@ import multiprocessing
 import os
 import shutil
 import signal
-import sys
 
 import lightning.pytorch
 import pytest
@@ -127,14 +126,16 @@ def stop(how: str, hook: str, step: int):
 
 
 @pytest.fixture
-def job(tmp_path, archive_dir, monkeypatch):
+def job(tmp_path, archive_dir, monkeypatch, as_script):
     """Runs the runtime's LightningCLI as a one-host SageMaker job whose /opt/ml is `base` (default: tmp_path);
     returns the final step and weights of a run that ends, or its exit code."""
     monkeypatch.setattr(signals, "RUN_DIR", str(tmp_path / "run"))
 
     def run(pipeline: str, callback=None, base=tmp_path, more: tuple[str, ...] = ()):
         model, data, arguments = PIPELINES[pipeline]
-        environ, excepthook = dict(os.environ), sys.excepthook  # the plan sets variables; the CLI, an excepthook
+        environ = dict(os.environ)  # the plan sets variables
+        for key in ("RANK", "LOCAL_RANK", "NODE_RANK", "WORLD_SIZE"):  # a job's process starts without (an in-process
+            os.environ.pop(key, None)  # DDP run of another test leaves them behind)
         os.environ.update(
             {
                 "SM_HOSTS": '["localhost"]',
@@ -152,7 +153,8 @@ def job(tmp_path, archive_dir, monkeypatch):
         (base / "output").mkdir(parents=True, exist_ok=True)
         pl = pytorch_lightning if data is CIFAR10Base else lightning.pytorch
         try:
-            cli = LightningCLI(
+            cli = as_script(  # a failure ends the process as in a job: one line, exit code 1
+                LightningCLI,
                 model,
                 data,
                 subclass_mode_data=data is CIFAR10Base,
@@ -166,7 +168,6 @@ def job(tmp_path, archive_dir, monkeypatch):
         finally:
             os.environ.clear()
             os.environ.update(environ)
-            sys.excepthook = excepthook
             # A stopped job's process ends, its DataLoader workers with it; in-process, the stopped epoch's workers would
             # wait for the iterator's garbage collection, then ignore its SIGTERM (Lightning's handler, inherited):
             # 90 s of a whole run went to that

@@ -3,6 +3,7 @@ delivers them: through the real conversions (the SDK's to_string, the toolkit's 
 the runtime's typed hyperparameters.json."""
 
 import json
+import os
 
 import pytest
 import pytorch_lightning as pl
@@ -14,7 +15,7 @@ from sagemaker_training import environment, mapping
 import train
 from data import CIFAR10DataModule
 from device_data import DeviceCIFAR10DataModule
-from sagemaker_lightning import hyperparameters
+from sagemaker_lightning import hyperparameters, signals
 
 pytestmark = pytest.mark.unit
 
@@ -46,6 +47,14 @@ def as_sagemaker(tmp_path, monkeypatch):
         return hyperparameters.merge(argv, hyperparameters.read({"SM_INPUT_CONFIG_DIR": str(tmp_path)}))
 
     return convert
+
+
+@pytest.fixture
+def on_sagemaker(tmp_path, monkeypatch):
+    """This process as a one-host SageMaker job's (the variables it sets are dropped after the test)."""
+    job = {"SM_HOSTS": '["localhost"]', "SM_CURRENT_HOST": "localhost", "SM_NUM_GPUS": "0"}
+    monkeypatch.setattr(os, "environ", {**os.environ, **job, "SM_OUTPUT_DIR": str(tmp_path)})
+    monkeypatch.setattr(signals, "RUN_DIR", str(tmp_path / "run"))
 
 
 def build(argv):
@@ -162,10 +171,11 @@ def test_num_classes_is_linked_from_the_data_module(archive_dir):
         ({"model.arch": "inception_v3"}, "model.arch='inception_v3' cannot take the data's 32×32 images ("),
     ],
 )
-def test_bad_hyperparameters_fail_in_one_line(as_sagemaker, archive_dir, tmp_path, capsys, monkeypatch, given, message):
-    monkeypatch.setenv("SM_OUTPUT_DIR", str(tmp_path))
+def test_bad_hyperparameters_fail_in_one_line(
+    as_sagemaker, on_sagemaker, as_script, archive_dir, tmp_path, capsys, given, message
+):
     with pytest.raises(SystemExit) as exit:
-        train.main(as_sagemaker({"data.data_dir": archive_dir, **given}))
+        as_script(train.main, as_sagemaker({"data.data_dir": archive_dir, **given}))
     assert exit.value.code == 1
     err_lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("ERROR: ")]
     assert len(err_lines) == 1 and message in err_lines[0]

@@ -1,6 +1,7 @@
 """What reaches a job's log (quiet.py): a library's own deprecation notice does not, a warning about the
 configuration does; both raised by the real libraries."""
 
+import os
 import warnings
 
 import pytest
@@ -30,11 +31,18 @@ def test_a_library_deprecation_is_left_out_and_a_configuration_warning_kept(inst
 
 
 def test_sagemaker_sdk_v2_notice_is_left_out(monkeypatch, caplog):
-    from sagemaker.deprecations import warn_v2_deprecation
-
     monkeypatch.delenv("SAGEMAKER_SUPPRESS_V2_WARNING", raising=False)  # restored after the test
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        quiet.install()
+        quiet.install(sdk=True)  # before the SDK's import, as run_sagemaker.py does: `import sagemaker` logs it too
+        from sagemaker.deprecations import warn_v2_deprecation
+
         warn_v2_deprecation("a feature of this test")
     assert caught == [] and "SDK v2" not in caplog.text
+
+
+def test_the_trainer_leaves_the_environment_as_it_found_it(monkeypatch):
+    monkeypatch.delenv("SAGEMAKER_SUPPRESS_V2_WARNING", raising=False)
+    with warnings.catch_warnings():
+        quiet.install()  # as the runtime's LightningCLI does (Lightning's tests check that none leaks)
+    assert "SAGEMAKER_SUPPRESS_V2_WARNING" not in os.environ

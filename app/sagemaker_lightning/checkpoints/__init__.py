@@ -34,8 +34,11 @@ def resume_point(model_checkpoint, model, sharded_saves: bool, announce: bool) -
 
 
 def callbacks(pl, on_sagemaker: bool, config: Mapping, model_checkpoint, point, config_yaml: Callable[[], str]):
-    """LastCheckpoint and Export. Where a stop's SIGTERM cannot reach the training processes, LastCheckpoint is told
-    why (signals.py) and saves by time instead."""
+    """LastCheckpoint on SageMaker or where the job resumes from checkpoint.dirpath (off SageMaker the runtime's
+    checkpointing starts with that setting); Export there too, and wherever model_dir is set. Where a stop's SIGTERM
+    cannot reach the training processes, LastCheckpoint is told why (signals.py) and saves by time instead."""
+    if not (on_sagemaker or point):
+        return [made(Export, pl)(config["model_dir"], config_yaml)] if config["model_dir"] else []
     unprotected = None if not on_sagemaker or signals.forwarded() else signals.why_unreached()
     every = config["last_checkpoint_every_n_steps"]
     return [
@@ -44,9 +47,10 @@ def callbacks(pl, on_sagemaker: bool, config: Mapping, model_checkpoint, point, 
     ]
 
 
-def plugins(pl, point: ResumePoint | None) -> list:
-    """The trainer's CheckpointIO: atomic writes, retried reads, rank 0's resume point."""
-    return [made(AtomicCheckpointIO, pl)(point)]
+def plugins(pl, on_sagemaker: bool, point: ResumePoint | None) -> list:
+    """The trainer's CheckpointIO, where LastCheckpoint is (callbacks): atomic writes, retried reads, rank 0's resume
+    point."""
+    return [made(AtomicCheckpointIO, pl)(point)] if on_sagemaker or point else []
 
 
 def attach(pl, plan, trainer, owner, point: ResumePoint | None) -> None:
