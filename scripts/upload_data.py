@@ -1,12 +1,14 @@
-"""Put CIFAR-10 under an S3 prefix and print the URI to pass as --input of scripts/run_sagemaker.py.
+"""Put a training channel's data under an S3 prefix and print the URI to pass as --input of scripts/run_sagemaker.py.
 
-Without --from it downloads the official CIFAR-10 into data/cifar10 (checked against its md5 sums; reused when
-already there, as by `make local`). --from DIR uploads a directory of yours in a layout the trainer reads
-(app/example/data.py): cifar-10-python.tar.gz when DIR has it (one object, unpacked on each node), else cifar-10-batches-py/.
-The prefix must be empty: a job's channel receives every object under it, stale ones included.
+--from DIR uploads a directory of yours: every file under it, at the same relative names (your own project's data,
+which its data module reads from the channel's directory), except for CIFAR-10 in a layout the example reads
+(app/example/data.py): then only cifar-10-python.tar.gz when DIR has it (one object, unpacked on each node), else
+cifar-10-batches-py/. Without --from it downloads the official CIFAR-10 into data/cifar10 (checked against its md5
+sums; reused when already there, as by `make local`). The prefix must be empty: a job's channel receives every object
+under it, stale ones included.
 
-    python scripts/upload_data.py s3://my-bucket/cifar10                            # downloads first
-    python scripts/upload_data.py s3://my-bucket/synthetic --from data/synthetic
+    python scripts/upload_data.py s3://my-bucket/points --from data/points          # any folder of yours
+    python scripts/upload_data.py s3://my-bucket/cifar10                            # downloads CIFAR-10 first
 """
 
 import argparse
@@ -34,7 +36,10 @@ def s3_prefix(uri: str) -> tuple[str, str]:
 
 
 def dataset_files(source: str) -> dict[str, str]:
-    """{name under the prefix: local path} of what the trainer reads in `source`; one line when it holds neither layout."""
+    """{name under the prefix: local path} of what the trainer reads in `source`: CIFAR-10's files when it holds one of
+    the example's layouts, else every file; one line when it holds none."""
+    if not os.path.isdir(source):
+        raise SystemExit(f"error: --from {source} is not a directory; name the folder that holds the data")
     archive, folder = os.path.join(source, make_dataset.ARCHIVE), os.path.join(source, make_dataset.FOLDER)
     if os.path.isfile(archive):
         return {make_dataset.ARCHIVE: archive}
@@ -44,10 +49,14 @@ def dataset_files(source: str) -> dict[str, str]:
             for n in sorted(os.listdir(folder))
             if os.path.isfile(os.path.join(folder, n))
         }
-    raise SystemExit(
-        f"error: {source} holds neither {make_dataset.ARCHIVE} nor {make_dataset.FOLDER}/; "
-        "make them with scripts/make_dataset.py, or name the directory that holds them"
-    )
+    files = {
+        os.path.relpath(os.path.join(root, n), source).replace(os.sep, "/"): os.path.join(root, n)
+        for root, _, names in os.walk(source)
+        for n in sorted(names)
+    }
+    if not files:
+        raise SystemExit(f"error: {source} holds no files; name the directory that holds the data")
+    return files
 
 
 def check_destination(s3, bucket: str, prefix: str) -> None:
@@ -75,7 +84,7 @@ def main() -> int:
     parser.add_argument(
         "--from",
         dest="source",
-        help=f"a local directory with {make_dataset.ARCHIVE} or {make_dataset.FOLDER}/ (default: download)",
+        help="a local directory: every file under it (CIFAR-10's layouts: only its files); default: download CIFAR-10",
     )
     args = parser.parse_args()
     bucket, prefix = s3_prefix(args.destination)
@@ -90,8 +99,7 @@ def main() -> int:
                 files = dataset_files(os.path.dirname(make_dataset.cifar10(DOWNLOADS)))
         except (OSError, RuntimeError) as e:  # no network (URLError is an OSError), or a corrupt download
             raise SystemExit(
-                f"error: cannot download CIFAR-10 ({e}); pass --from DIR, a directory with "
-                f"{make_dataset.ARCHIVE} or {make_dataset.FOLDER}/"
+                f"error: cannot download CIFAR-10 ({e}); pass --from DIR, a directory with the data"
             ) from None
     for name, path in files.items():
         print(

@@ -22,7 +22,7 @@ import pytest
 import make_dataset
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-USER_PROJECT = os.path.join(ROOT, "tests", "user_project")
+USER_PROJECT = os.path.join(ROOT, "examples", "user_project")  # the sample a user starts from
 TIERS = ("unit", "toolkit", "cloud", "container")  # the folders under tests/, and their markers (pyproject.toml)
 
 
@@ -44,6 +44,22 @@ def pytest_runtest_makereport(item, call):
     if report.skipped and not hasattr(report, "wasxfail") and os.environ.get("REQUIRE_ALL_TIERS") == "1":
         reason = report.longrepr[-1] if isinstance(report.longrepr, tuple) else str(report.longrepr)
         report.outcome, report.longrepr = "failed", f"skipped, but REQUIRE_ALL_TIERS=1: {reason}"
+
+
+@pytest.fixture
+def as_script(monkeypatch):
+    """Calls a function as a script's process ends it: what escapes goes to sys.excepthook, which the runtime's
+    LightningCLI sets (one line, an exit code: SystemExit). Returns the call's result; the hook is restored after."""
+    monkeypatch.setattr(sys, "excepthook", sys.excepthook)
+
+    def run(call, *args, **kwargs):
+        try:
+            return call(*args, **kwargs)
+        except Exception as e:
+            sys.excepthook(type(e), e, e.__traceback__)  # the runtime's raises SystemExit
+            raise
+
+    return run
 
 
 @pytest.fixture(scope="session")
@@ -141,10 +157,13 @@ def write_wheel(directory: str, name: str, version: str, source: str) -> str:
 
 @pytest.fixture(scope="session")
 def user_project(tmp_path_factory) -> str:
-    """tests/user_project as a user ships it: its source directory with the wheel its requirements.txt installs."""
+    """examples/user_project as a user ships it: its source directory, with a requirements.txt that installs the
+    project's own dependency from a wheel beside it (no index needed), as a project may have one."""
     out = str(tmp_path_factory.mktemp("user-project") / "my_project")
     shutil.copytree(USER_PROJECT, out, ignore=shutil.ignore_patterns("__pycache__"))
     write_wheel(os.path.join(out, "wheels"), "tinyhelper", "0.1", "def scaled(lr):\n    return lr\n")
+    with open(os.path.join(out, "requirements.txt"), "w") as f:
+        f.write("--no-index\n--find-links wheels\ntinyhelper==0.1\n")
     return out
 
 

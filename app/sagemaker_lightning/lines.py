@@ -6,6 +6,7 @@ other; tests/toolkit checks them against the lines of real runs. No torch: PID 1
     python -c "from sagemaker_lightning import lines; print(lines.progress(0, 5, 100, 0.5, 12.5, '0:00:19', ''))"
 """
 
+import re
 import sys
 
 # SageMaker's metric definitions: name → the expression whose first group is the value, in the lines below
@@ -16,6 +17,17 @@ METRICS = {
     "validation:accuracy": r"val/acc=([0-9.]+)",
     "hosts:slowest_ratio": r"hosts: slowest \S+ ([0-9.]+)x",  # the slowest host's own time per step / the median's
 }
+
+
+def metric(logged: str) -> tuple[str, str]:
+    """The definition (name, expression) of a metric the project logs as `val/<name>` (self.log("val/f1", ...)): the
+    validation line prints it, e.g. "val/f1" → ("validation:f1", r"val/f1=(-?[0-9.]+)")."""
+    if not re.fullmatch(r"val/[\w./-]+", logged):
+        raise ValueError(
+            f"{logged!r} is not a metric the validation line prints; log it as val/<name> (self.log('val/f1', f1)), "
+            "or give a whole definition as NAME=REGEX"
+        )
+    return "validation:" + logged[len("val/") :], re.escape(logged) + "=(-?[0-9.]+)"
 
 
 def say(line: str) -> None:

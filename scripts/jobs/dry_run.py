@@ -1,12 +1,23 @@
 """--dry-run: the CreateTrainingJob request printed as JSON, as the API would receive it, and answered here, as is
-the DescribeTrainingJob that SDK 3.x sends after it: nothing leaves this machine, no credentials are needed. Both SDK
-adapters (sdk2.py, sdk3.py) install it on their boto3 session for a cloud job.
+the DescribeTrainingJob that SDK 3.x sends after it: nothing leaves this machine, no credentials are needed. With
+--source-dir the SDK packs the code and uploads it (to its default bucket, which it finds through STS): each upload is
+printed on stderr (`dry run: would upload s3://...`) and answered here too, as are its S3 and STS calls. Both SDK
+adapters (sdk2.py, sdk3.py) install it on their boto3 session for a cloud job, before the SDK makes its clients.
 
     .venv/bin/python scripts/run_sagemaker.py --dry-run --image <ECR URI> --instance-type ml.g5.xlarge \\
         --role <role ARN> --input s3://bucket/cifar10 --output s3://bucket/jobs > request.json
 """
 
 import json
+import sys
+
+ACCOUNT = "000000000000"  # the account a dry run answers STS with: the default bucket's name carries it
+ANSWERS = {  # what S3 and STS answer a dry run's calls with ({} for the others: HeadBucket, PutObject, ...)
+    "GetCallerIdentity": {"Account": ACCOUNT, "Arn": f"arn:aws:iam::{ACCOUNT}:user/dry-run", "UserId": "dry-run"},
+    "CreateMultipartUpload": {"UploadId": "dry-run"},
+    "UploadPart": {"ETag": '"dry-run"'},
+    "ListBuckets": {"Buckets": []},  # so the SDK "creates" its default bucket, answered here too
+}
 
 
 def intercept(boto_session) -> None:
@@ -23,6 +34,16 @@ def intercept(boto_session) -> None:
         }
         return AWSResponse("https://dry-run", 200, {}, None), {**job, "TrainingJobStatus": "InProgress"}
 
+    def upload(params, **kwargs):
+        print(f"dry run: would upload s3://{params['Bucket']}/{params['Key']}", file=sys.stderr)
+
+    def elsewhere(model, params, **kwargs):
+        return AWSResponse("https://dry-run", 200, {}, None), ANSWERS.get(model.name, {})
+
     boto_session.events.register("before-parameter-build.sagemaker.CreateTrainingJob", show)
     for operation in ("CreateTrainingJob", "DescribeTrainingJob"):
         boto_session.events.register(f"before-call.sagemaker.{operation}", answer)
+    for operation in ("PutObject", "CreateMultipartUpload"):
+        boto_session.events.register(f"before-parameter-build.s3.{operation}", upload)
+    for service in ("s3", "sts"):
+        boto_session.events.register(f"before-call.{service}", elsewhere)

@@ -95,6 +95,14 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         help="an environment variable of the job (repeatable)",
     )
     p.add_argument(
+        "--metric",
+        action="append",
+        default=[],
+        metavar="val/NAME | NAME=REGEX",
+        help="a CloudWatch metric besides the runtime's (repeatable): a val/ metric the project logs, read from the "
+        "validation line, or a whole definition",
+    )
+    p.add_argument(
         "--wait", action=argparse.BooleanOptionalAction, default=True, help="wait for the job and stream its logs"
     )
     p.add_argument(

@@ -15,7 +15,6 @@ import tempfile
 
 from jobs import dry_run
 from jobs.spec import CHECKPOINTS, Job
-from sagemaker_lightning.lines import METRICS  # the runtime's lines, read into CloudWatch metrics
 
 
 def estimator_hyperparameters(hyperparameters: dict[str, str], source_dir: str | None) -> dict:
@@ -53,7 +52,7 @@ def run(job: Job) -> str | None:
         cloud = dict(
             checkpoint_s3_uri=job.checkpoints,
             checkpoint_local_path=CHECKPOINTS,
-            metric_definitions=[{"Name": n, "Regex": r} for n, r in METRICS.items()],
+            metric_definitions=[{"Name": n, "Regex": r} for n, r in job.metrics.items()],
             use_spot_instances=job.spot,
             max_run=job.max_run,
             max_wait=job.max_wait,

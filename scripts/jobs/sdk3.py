@@ -15,7 +15,6 @@ import os
 from jobs import dry_run
 from jobs.spec import CHECKPOINTS, Job
 from sagemaker_lightning.hyperparameters import typed
-from sagemaker_lightning.lines import METRICS  # the runtime's lines, read into CloudWatch metrics
 
 
 def nested(hyperparameters: dict[str, str]) -> dict:
@@ -122,7 +121,7 @@ def run(job: Job) -> str | None:
         **settings,
     )
     if not job.local:
-        trainer = trainer.with_metric_definitions([MetricDefinition(name=n, regex=r) for n, r in METRICS.items()])
+        trainer = trainer.with_metric_definitions([MetricDefinition(name=n, regex=r) for n, r in job.metrics.items()])
         if job.max_retry_attempts is not None:
             trainer = trainer.with_retry_strategy(RetryStrategy(maximum_retry_attempts=job.max_retry_attempts))
     inputs = [

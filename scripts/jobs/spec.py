@@ -13,10 +13,12 @@ import dataclasses
 import importlib.metadata
 import json
 import os
+import re
 import sys
 import time
 
-from sagemaker_lightning import paths
+from sagemaker_lightning import lines, paths
+from sagemaker_lightning.lines import METRICS  # the runtime's lines, read into CloudWatch metrics
 
 LOCAL_ROLE = "arn:aws:iam::111111111111:role/service-role/LocalModeRole"  # local mode needs a role ARN, checks none
 # the container's checkpoint directory: SageMaker syncs it with checkpoint_s3_uri; the runtime's plan makes it the
@@ -66,6 +68,7 @@ class Job:
     subnets: list[str] | None  # VPC
     security_groups: list[str] | None
     tags: dict[str, str]
+    metrics: dict[str, str]  # CloudWatch's metric definitions: name → regex (the runtime's lines.METRICS and --metric)
     dry_run: bool  # print the CreateTrainingJob request and send nothing (dry_run.py)
     wait: bool  # wait for the job and stream its logs: never in a dry run, which starts no job to wait for
 
@@ -153,6 +156,14 @@ def make_job(args: argparse.Namespace, installed: str | None = None) -> Job:
     env = {"DATA_CHANNEL": args.channel, **({"LAUNCHER": "torchrun"} if args.launcher == "torchrun" else {})}
     env.update(key_values(args.env, "NCCL_DEBUG=INFO"))
     tags = key_values(args.tag, "project=cifar10")
+    metrics = dict(METRICS)
+    for given in args.metric:
+        try:
+            name, regex = given.split("=", 1) if "=" in given else lines.metric(given)
+            re.compile(regex)
+        except (ValueError, re.error) as e:
+            raise SystemExit(f"error: --metric {given}: {e}") from None
+        metrics[name] = regex
     if sdk == "v3" and local and not output.startswith("file://"):
         raise SystemExit("error: SDK 3.x local mode writes its artifacts to a local --output directory")
     if sdk == "v3" and source_dir and args.distribution not in ("none", "torch_distributed"):
@@ -184,6 +195,7 @@ def make_job(args: argparse.Namespace, installed: str | None = None) -> Job:
         subnets=args.subnets.split(",") if args.subnets else None,
         security_groups=args.security_groups.split(",") if args.security_groups else None,
         tags=tags,
+        metrics=metrics,
         dry_run=args.dry_run,
         wait=args.wait and not args.dry_run,
     )

@@ -144,3 +144,26 @@ def test_create_training_job_on_the_moto_server(sdk, aws):
     tags = sagemaker.list_tags(ResourceArn=job["TrainingJobArn"])["Tags"]
     assert {t["Key"]: t["Value"] for t in tags} == {"project": "cifar10", "owner": "ml"}
     # moto keeps no Environment or RetryStrategy and its own MetricDefinitions: the dry-run test checks those
+
+
+@pytest.mark.parametrize("sdk", ["v2", "v3"])
+def test_dry_run_with_source_dir_uploads_nothing_and_needs_no_credentials(sdk, aws, user_project):
+    """The SDK packs --source-dir and uploads it (SDK 2.x: beside the output; 3.x: its default bucket, found through
+    STS): a dry run says where, and sends nothing."""
+    offline = {
+        "AWS_ENDPOINT_URL": aws["AWS_ENDPOINT_URL"],  # a server that would keep what reached it
+        "AWS_ACCESS_KEY_ID": "",
+        "AWS_SECRET_ACCESS_KEY": "",
+        "AWS_CONFIG_FILE": os.devnull,
+        "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
+    }
+    run = launch(sdk, offline, "--dry-run", "--source-dir", user_project, "--entry-point", "train.py")
+    request = json.loads(run.stdout)
+    uploads = re.findall(r"^dry run: would upload (s3://\S+)$", run.stderr, re.M)
+    where = {"v2": "s3://ml-jobs/cifar-", "v3": "s3://sagemaker-us-east-1-000000000000/cifar-"}[sdk]
+    assert uploads and all(upload.startswith(where) for upload in uploads)
+    # the code as a channel (SDK 3.x: file by file; 2.x with network isolation: the archive), else the archive's URI
+    channels = {c["ChannelName"]: c["DataSource"]["S3DataSource"]["S3Uri"] for c in request["InputDataConfig"]}
+    code = channels.get("code") or json.loads(request["HyperParameters"]["sagemaker_submit_directory"])
+    assert any(upload.startswith(code) for upload in uploads)  # the request names where the code would be
+    assert boto3.client("s3").list_buckets()["Buckets"] == []  # moto: nothing arrived

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import tarfile
+from pathlib import Path
 
 import boto3
 import pytest
@@ -70,7 +71,7 @@ def test_an_extracted_folder_goes_up_file_by_file(s3, archive_dir, tmp_path):
     [
         ("no prefix", f"s3://{BUCKET}", "'s3://datasets' is not s3://bucket/prefix; "),
         ("no bucket", "s3://no-such-bucket/cifar10", "bucket no-such-bucket does not exist; "),
-        ("no data", f"s3://{BUCKET}/cifar10", "holds neither cifar-10-python.tar.gz nor cifar-10-batches-py/; "),
+        ("no data", f"s3://{BUCKET}/cifar10", "holds no files; name the directory that holds the data"),
         ("prefix taken", f"s3://{BUCKET}/cifar10", f"s3://{BUCKET}/cifar10/ already holds objects, "),
         ("no network", f"s3://{BUCKET}/cifar10", "cannot download CIFAR-10 ("),
     ],
@@ -102,3 +103,12 @@ def test_without_credentials_it_stops_before_downloading(no_aws, tmp_path):
         f"error: no AWS credentials found; {aws_account.SETUP}\n",
     )
     assert not (tmp_path / "data").exists()
+
+
+def test_a_projects_own_data_goes_up_as_the_readme_shows(s3, points_dir):
+    """README, "Your own project in the cloud": python scripts/upload_data.py s3://BUCKET/points --from DIR."""
+    proc = upload(f"s3://{BUCKET}/points", "--from", points_dir)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == f"s3://{BUCKET}/points/\n"
+    expected = {f"points/{name}": Path(points_dir, name).read_bytes() for name in os.listdir(points_dir)}
+    assert contents(s3, "points/") == expected and expected

@@ -1,4 +1,4 @@
-"""A user's own project (tests/user_project) in the image, brought the SageMaker way: SDK 2.x's Estimator(source_dir,
+"""A user's own project (examples/user_project) in the image, brought the SageMaker way: SDK 2.x's Estimator(source_dir,
 entry_point) and SDK 3.x's ModelTrainer(source_code=SourceCode(...)) through scripts/run_sagemaker.py, in real local
 mode on 2 hosts; and the cloud's code path, sagemaker_submit_directory on S3 (moto), in the image as SageMaker runs it.
 

@@ -1,4 +1,4 @@
-"""A user's own project (tests/user_project: lightning.pytorch, a data module whose directory argument is `root`, a
+"""A user's own project (examples/user_project: lightning.pytorch, a data module whose directory argument is `root`, a
 requirements.txt installing a wheel from its source directory), brought as SDK 2.x brings code (the hyperparameter
 sagemaker_program, the source directory where the toolkit finds it), through the image's entrypoint and the real
 `train`: it trains, exports, resumes exactly after SIGKILL, and bad input fails in one line."""
@@ -6,13 +6,17 @@ sagemaker_program, the source directory where the toolkit finds it), through the
 import os
 import re
 import shutil
+import subprocess
+import sys
+import tarfile
 
 import pytest
 import torch
 
 pytestmark = pytest.mark.toolkit
 
-PLUGINS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "plugins")
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+PLUGINS = os.path.join(ROOT, "tests", "plugins")
 # nested and dotted settings together; 2 epochs of 12 steps, last.ckpt every 5 steps
 SETTINGS = {
     "sagemaker_program": "train.py",
@@ -27,6 +31,21 @@ def final(output: str) -> tuple[str, int]:
     return digest, int(step)
 
 
+def load_as_the_readme_shows(model_dir: str, project: str, where) -> subprocess.CompletedProcess:
+    """The README's block after <!-- load-model -->, run as it stands in a folder with the job's model.tar.gz (as
+    SageMaker packs model_dir), the project's code importable."""
+    with open(os.path.join(ROOT, "README.md")) as f:
+        block = re.search(r"<!-- load-model -->\n```python\n(.*?)```", f.read(), re.S)[1]
+    where.mkdir()
+    with tarfile.open(where / "model.tar.gz", "w:gz") as archive:
+        for name in os.listdir(model_dir):
+            archive.add(os.path.join(model_dir, name), arcname=name)
+    env = {**os.environ, "PYTHONPATH": project}
+    return subprocess.run(
+        [sys.executable, "-c", block], cwd=where, env=env, capture_output=True, text=True, timeout=120
+    )
+
+
 def test_one_line_project_trains_exports_and_resumes_exactly(run_hosts, user_project, points_dir, tmp_path):
     (whole,) = run_hosts(["localhost"], SETTINGS, {"training": points_dir}, code=user_project)
     assert whole.returncode == 0, whole.output[-3000:]
@@ -38,6 +57,8 @@ def test_one_line_project_trains_exports_and_resumes_exactly(run_hosts, user_pro
     }  # fmt: skip
     with open(whole.path("model", "config.yaml")) as f:
         assert "hidden: 8" in f.read()
+    loaded = load_as_the_readme_shows(whole.path("model"), user_project, tmp_path / "loading")
+    assert loaded.returncode == 0 and re.fullmatch(r"tensor\(\[[012]\]\)\n", loaded.stdout), loaded.stderr
 
     ckpts = {"checkpoint.dirpath": str(tmp_path / "checkpoints")}
     kill = {"trainer.callbacks+": "faults.KillRank", "trainer.callbacks.step": 7}  # last.ckpt at step 5, mid-epoch

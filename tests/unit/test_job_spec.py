@@ -10,12 +10,14 @@ import sys
 import pytest
 
 from jobs import options, spec
+from sagemaker_lightning import lines
+from sagemaker_lightning.lines import METRICS
 
 pytestmark = pytest.mark.unit
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SCRIPT = os.path.join(ROOT, "scripts", "run_sagemaker.py")
-SOURCE = ["--source-dir", os.path.join(ROOT, "tests", "user_project")]  # a project with its train.py
+SOURCE = ["--source-dir", os.path.join(ROOT, "examples", "user_project")]  # a project with its train.py
 PYTHON = {"v2": sys.executable, "v3": os.path.join(ROOT, ".venv-sdk3", "bin", "python")}
 # `python scripts/run_sagemaker.py WORDS` (its folder first on sys.path), then whether the SageMaker SDK was imported
 RUN = """
@@ -111,3 +113,30 @@ def test_a_bad_option_fails_in_one_line_before_the_sdk_is_imported(sdk, words, m
 def test_the_command_finds_its_parts_from_any_working_directory(tmp_path):
     run = subprocess.run([sys.executable, SCRIPT, "--help"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert run.returncode == 0 and "Start a training job on the image" in run.stdout, run.stderr
+
+
+def test_a_projects_own_metrics_join_the_runtimes():
+    metrics = job(*CLOUD, "--metric", "val/f1", "--metric", "throughput=tokens/s=([0-9.]+)").metrics
+    assert metrics["validation:f1"] == r"val/f1=(-?[0-9.]+)" and metrics["throughput"] == r"tokens/s=([0-9.]+)"
+    assert set(METRICS) < set(metrics)  # the runtime's stay
+    line = lines.validation(0, 5, {"val/f1": -0.25, "val/loss": 1.0})  # what the trainer prints, as it prints it
+    assert re.search(metrics["validation:f1"], line)[1] == "-0.2500"
+
+
+@pytest.mark.parametrize(
+    ("given", "message"),
+    [
+        ("train/acc", "'train/acc' is not a metric the validation line prints; log it as val/<name>"),
+        ("broken=([0-9", "--metric broken=([0-9: unterminated character set"),
+    ],
+)
+def test_a_metric_the_logs_do_not_show_fails_in_one_line(given, message):
+    with pytest.raises(SystemExit, match=re.escape(message)):
+        job(*CLOUD, "--metric", given)
+
+
+def test_the_docs_list_every_metric_the_launcher_sends():
+    with open(os.path.join(ROOT, "docs", "cloud.md")) as f:
+        cloud = f.read()
+    for name, regex in METRICS.items():
+        assert f"| `{name}` | `{regex}` |" in cloud

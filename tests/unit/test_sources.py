@@ -38,6 +38,9 @@ def test_no_run_output_is_tracked_or_trackable():
     tracked = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
     outputs = [n for n in tracked if "lightning_logs/" in n or n.endswith(".ckpt") or ".tfevents." in n]
     assert outputs == []
-    written = ["tests/user_project/lightning_logs/version_0/events.out.tfevents.1.vm", "tests/user_project/last.ckpt"]
+    written = [
+        "examples/user_project/lightning_logs/version_0/events.out.tfevents.1.vm",
+        "examples/user_project/last.ckpt",
+    ]
     ignored = subprocess.run(["git", "check-ignore", *written], cwd=ROOT, capture_output=True, text=True).stdout
     assert ignored.split() == written

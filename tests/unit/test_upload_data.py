@@ -38,6 +38,18 @@ def test_the_archive_is_preferred_to_the_folder(archive_dir, tmp_path):
     )
 
 
-def test_a_directory_without_either_layout_is_one_line(tmp_path):
-    with pytest.raises(SystemExit, match=r"^error: .* holds neither cifar-10-python.tar.gz nor cifar-10-batches-py/; "):
-        upload_data.dataset_files(str(tmp_path))
+def test_any_other_folder_goes_up_whole_at_its_relative_names(tmp_path):
+    (tmp_path / "shards").mkdir()
+    (tmp_path / "points.pt").write_bytes(b"0")
+    (tmp_path / "shards" / "0.bin").write_bytes(b"1")
+    assert upload_data.dataset_files(str(tmp_path)) == {
+        "points.pt": str(tmp_path / "points.pt"),
+        "shards/0.bin": str(tmp_path / "shards" / "0.bin"),
+    }
+
+
+@pytest.mark.parametrize("what", ["empty", "missing"])
+def test_a_folder_without_files_is_one_line(tmp_path, what):
+    (tmp_path / "empty" / "sub").mkdir(parents=True)
+    with pytest.raises(SystemExit, match=r"^error: .* (holds no files|is not a directory); name the "):
+        upload_data.dataset_files(str(tmp_path / what))

@@ -1,13 +1,11 @@
-"""The user project's model: a small network that tells which of three clusters a 2-D point belongs to. It uses a
-package that the project's requirements.txt installs from a wheel in its own source directory.
+"""The project's model: a small network that tells which of three clusters a 2-D point belongs to.
 
-    python -c "import classifier; print(classifier.Classifier())"
+python -c "import classifier; print(classifier.Classifier())"
 """
 
 import time
 
 import lightning.pytorch as L
-import tinyhelper  # installed from wheels/ by requirements.txt: the job's own dependency
 import torch
 from torch import nn
 
@@ -18,7 +16,7 @@ class Classifier(L.LightningModule):
         Args:
             hidden: units of the hidden layer.
             lr: learning rate of SGD.
-            step_seconds: a pause in every training step (the tests stop a job while it trains).
+            step_seconds: a pause in every training step (the project's tests stop a job while it trains).
         """
         super().__init__()
         self.save_hyperparameters()
@@ -40,4 +38,4 @@ class Classifier(L.LightningModule):
         self.log("val/acc", accuracy, sync_dist=True)
 
     def configure_optimizers(self):
-        return torch.optim.SGD(self.parameters(), lr=tinyhelper.scaled(self.hparams.lr))
+        return torch.optim.SGD(self.parameters(), lr=self.hparams.lr)
