@@ -201,3 +201,29 @@ def test_one_process_trains_unwrapped_by_ddp(archive_dir, tmp_path):
     assert isinstance(cli.trainer.strategy, DDPStrategy) and cli.trainer.strategy._timeout.total_seconds() == 600
     cli.trainer.fit(cli.model, cli.datamodule)
     assert seen == [cli.model]
+
+
+def test_help_groups_the_runtimes_settings_and_says_what_sagemaker_fills_in(capsys):
+    with pytest.raises(SystemExit) as exit:
+        train.main(["fit", "--help"])
+    assert exit.value.code == 0
+    help = " ".join(capsys.readouterr().out.split())
+    group = help[help.index("sagemaker-lightning (the runtime's settings):") :]
+    assert "On SageMaker the job fills in checkpoint.dirpath" in group and "the training channel" in group
+    for key in ("--model_dir", "--last_checkpoint_every_n_steps", "--dist_timeout", "--preflight_min_busbw"):
+        assert key in group
+    assert "80 percent of the published figure" in group and "%%" not in help
+
+
+def test_on_sagemaker_the_projects_own_model_checkpoint_gets_the_jobs_directory(on_sagemaker, tmp_path, monkeypatch):
+    from lightning.pytorch.callbacks import ModelCheckpoint
+    from lightning.pytorch.demos.boring_classes import BoringModel
+
+    from sagemaker_lightning import LightningCLI
+
+    monkeypatch.setitem(os.environ, "SAGEMAKER_BASE_DIR", str(tmp_path))  # checkpoints: tmp_path/checkpoints
+    own = ModelCheckpoint(monitor="loss")
+    settings = ["--trainer.accelerator=cpu", "--trainer.logger=false"]
+    cli = LightningCLI(BoringModel, args=settings, run=False, trainer_defaults={"callbacks": [own]})
+    assert [c for c in cli.trainer.callbacks if isinstance(c, ModelCheckpoint)] == [own]
+    assert own.dirpath == str(tmp_path / "checkpoints")  # the directory SageMaker syncs, which a restart resumes from
