@@ -46,6 +46,17 @@ def pytest_runtest_makereport(item, call):
         report.outcome, report.longrepr = "failed", f"skipped, but REQUIRE_ALL_TIERS=1: {reason}"
 
 
+@pytest.fixture(autouse=True)
+def environment_kept():
+    """Every test leaves os.environ as it found it: an in-process DDP run sets MASTER_ADDR, NODE_RANK and LOCAL_RANK,
+    and a later test's subprocess would inherit them (Lightning then takes it for a local rank of another job)."""
+    saved = dict(os.environ)
+    yield
+    if dict(os.environ) != saved:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
 @pytest.fixture
 def as_script(monkeypatch):
     """Calls a function as a script's process ends it: what escapes goes to sys.excepthook, which the runtime's

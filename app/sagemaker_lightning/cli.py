@@ -9,7 +9,8 @@ SageMaker it is Lightning's (scripts/lightning_cli_suite.py runs Lightning's own
 runtime's settings to the parser (settings.py), a one-line end to a script that fails (failure.py, through
 sys.excepthook: a caller that catches gets Lightning's exception), the precision for the machine when the project sets
 none (precision.py) and only the warnings a user can act on (quiet.py); resuming and last.ckpt start with
-checkpoint.dirpath, the export with model_dir. On SageMaker, in this order:
+checkpoint.dirpath, the export with model_dir; options without a subcommand or a config file run fit, as on SageMaker.
+On SageMaker, in this order:
   1. arguments: SageMaker's typed hyperparameters (hyperparameters.py) for the ones a launcher rendered, `fit` when
      no subcommand is given (both SageMaker launchers start the script with options only), and the job's paths
      before them so that the user's win: checkpoint.dirpath, model_dir, logger.save_dir, trainer.default_root_dir, the
@@ -50,12 +51,12 @@ from sagemaker_lightning import (
     signals,
     stop,
     strategy,
+    subcommands,
     watchdog,
 )
 from sagemaker_lightning.lines import say
 from sagemaker_lightning.plan import Plan, check_world_size, global_rank_zero, make_plan
 
-SUBCOMMANDS = ("fit", "validate", "test", "predict")
 LOST_PEER_WAIT_S = 3  # for a process of Lightning's launcher to end, when this one failed in a collective
 DEFAULT_DATA_KEY = "data_dir"  # the data module's argument that receives the data channel, unless data_channels says
 
@@ -144,10 +145,16 @@ class LightningCLI:
         settings.add_to(parser, self.pl)
 
     def parse_arguments(self, parser, args) -> None:
-        if not self.plan.on_sagemaker or isinstance(args, Mapping) or hasattr(args, "as_dict"):
-            return super().parse_arguments(parser, args)  # Lightning's; a structured configuration as it is given
-        argv = hyperparameters.merge(list(sys.argv[1:] if args is None else args), hyperparameters.read(os.environ))
-        position = _options_start(argv, parser)
+        if isinstance(args, Mapping) or hasattr(args, "as_dict"):
+            return super().parse_arguments(parser, args)  # a structured configuration, as it is given
+        argv = list(sys.argv[1:] if args is None else args)
+        if not self.plan.on_sagemaker:
+            if not subcommands.implies_fit(argv, parser):
+                return super().parse_arguments(parser, args)  # Lightning's, as it is
+            self.config = parser.parse_args(["fit", *argv])  # options only: fit, as a job's command line runs
+            return
+        argv = hyperparameters.merge(argv, hyperparameters.read(os.environ))
+        position = subcommands.options_start(argv, parser)
         if position is None:  # options only, as SageMaker's launchers start a script: fit
             argv, position = ["fit", *argv], 1
         given = [f"--{key}={value}" for key, value in self.plan.settings().items()]
@@ -198,7 +205,7 @@ class LightningCLI:
             self.plan.apply(os.environ, override=True)
             if trainer.get("num_nodes") == 1:  # Lightning's default: the job's hosts (another fails the world check)
                 trainer.num_nodes = len(self.plan.hosts)
-            if trainer.get("devices") in ("auto", -1, "-1"):
+            if "devices" in trainer and trainer.devices in ("auto", -1, "-1", None):
                 trainer.devices = self.plan.processes_per_host
             if command := strategy.torchrun_command(self.plan, os.environ, sys.executable, sys.argv):
                 os.execv(command[0], command)  # LAUNCHER=torchrun: torchrun starts one process per device instead
@@ -289,21 +296,3 @@ def _accepted(trainer_class, kwargs: dict) -> dict:
     if any(p.kind is p.VAR_KEYWORD for p in parameters):
         return kwargs
     return {k: v for k, v in kwargs.items() if k in {p.name for p in parameters}}
-
-
-def _options_start(argv: list[str], parser) -> int | None:
-    """Where options go: after the subcommand (its index + 1), at 0 without subcommands, None when the parser has
-    subcommands but argv names none."""
-    if parser._subcommands_action is None:
-        return 0
-    expects_value = False
-    for i, token in enumerate(argv):
-        if expects_value:
-            expects_value = False
-        elif token in SUBCOMMANDS:
-            return i + 1
-        elif token.startswith("-"):
-            expects_value = "=" not in token and token not in ("-h", "--help")
-        else:
-            return None  # a positional that is not a subcommand: the parser says what is wrong
-    return None

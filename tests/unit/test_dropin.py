@@ -128,3 +128,27 @@ def test_off_sagemaker_nothing_of_sagemakers_is_registered(monkeypatch, tmp_path
         cli = LightningCLI(BoringModel, args=["fit", *TINY])
     assert cli.trainer.global_step == 1 and not os.path.exists(signals.RUN_DIR)
     assert "SAGEMAKER_SUPPRESS_V2_WARNING" not in os.environ
+
+
+def test_options_only_run_fit_as_a_jobs_command_line_does():
+    """The one difference in parsing (README): what Lightning refuses, options without a subcommand or a config file
+    that could choose one, runs fit, so the same command line runs here and on SageMaker."""
+    cli = LightningCLI(BoringModel, args=TINY)
+    assert cli.subcommand == "fit" and cli.trainer.global_step == 1
+
+
+def test_a_projects_own_subcommand_runs():
+    ran = []
+
+    class Explaining(Trainer):
+        def explain(self, model: BoringModel, depth: int = 1):
+            """Say what the model is."""
+            ran.append(depth)
+
+    class CLI(LightningCLI):
+        @staticmethod
+        def subcommands():
+            return {**LightningCLI.subcommands(), "explain": {"model"}}
+
+    CLI(BoringModel, trainer_class=Explaining, args=["explain", "--depth=3", "--trainer.logger=false"])
+    assert ran == [3]
