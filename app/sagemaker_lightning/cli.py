@@ -96,12 +96,18 @@ class LightningCLI:
         quiet.install()  # after Lightning's import, whose own filters would otherwise come first
         self._stage = "configure"
         # a failure nobody catches (a script's, a job's) is one line; a caller that catches gets Lightning's exception
-        sys.excepthook = lambda kind, e, tb: sys.exit(self.fail(e, tb))
+        sys.excepthook = functools.partial(self._uncaught, stderr=sys.stderr)
         try:
             super().__init__(*args, **kwargs)
         except flavor.attribute(self.pl, "utilities.exceptions.SIGTERMException") as e:
             raise SystemExit(self.fail(e)) from None  # a stop: its line, and exit code 143
         lifecycle.leave_process_group()
+
+    def _uncaught(self, kind, e: BaseException, tb, stderr) -> None:
+        """sys.excepthook: the line, then the exit code. torch.distributed's init_process_group wraps the hook in its
+        own, which buffers sys.stderr and would lose the line when this exits: it goes to the stderr of the start."""
+        sys.stderr = stderr  # the wrapper puts its own back afterwards
+        sys.exit(self.fail(e, tb))
 
     def fail(self, e: BaseException, tb=None) -> int:
         """Report `e` in one line (failure.EXCEPTIONS) and return the exit code."""

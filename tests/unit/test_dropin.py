@@ -7,6 +7,7 @@ import pickle
 import warnings
 
 import pytest
+import torch
 from lightning.pytorch import Callback, Trainer
 from lightning.pytorch import cli as lightning_cli
 from lightning.pytorch.callbacks import DeviceStatsMonitor, ModelCheckpoint
@@ -152,3 +153,21 @@ def test_a_projects_own_subcommand_runs():
 
     CLI(BoringModel, trainer_class=Explaining, args=["explain", "--depth=3", "--trainer.logger=false"])
     assert ran == [3]
+
+
+def test_the_line_survives_torch_distributeds_own_excepthook(as_script, capsys):
+    """init_process_group wraps sys.excepthook in one that buffers stderr and loses it when the wrapped hook exits."""
+
+    class Failing(BoringModel):
+        def on_fit_start(self):
+            raise MisconfigurationException("a check under ddp")
+
+    ddp = ["--trainer.strategy=ddp", "--trainer.devices=1", "--trainer.accelerator=cpu"]
+    try:
+        with pytest.raises(SystemExit) as exit:
+            as_script(LightningCLI, Failing, args=["fit", *TINY, *ddp], save_config_callback=None)
+    finally:
+        if torch.distributed.is_initialized():
+            torch.distributed.destroy_process_group()
+    assert exit.value.code == 1
+    assert "ERROR: MisconfigurationException: a check under ddp" in capsys.readouterr().err.splitlines()
