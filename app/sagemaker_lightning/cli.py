@@ -91,12 +91,13 @@ class LightningCLI:
 
     def __init__(self, *args, data_channels: Mapping[str, str] | None = None, **kwargs):
         self.data_channels = dict(data_channels) if data_channels else None
-        self.plan: Plan = make_plan(os.environ, _interfaces(), checkpoint_dir=paths.checkpoint_dir(os.environ))
+        self.plan: Plan = make_plan({}, set())  # until the environment's (which may fail in one line too)
         self.precision: precision.Choice | None = None  # trainer.precision's, or the machine's (precision.py)
-        quiet.install()  # after Lightning's import, whose own filters would otherwise come first
         self._stage = "configure"
         # a failure nobody catches (a script's, a job's) is one line; a caller that catches gets Lightning's exception
         sys.excepthook = functools.partial(self._uncaught, stderr=sys.stderr)
+        quiet.install()  # after Lightning's import, whose own filters would otherwise come first
+        self.plan = make_plan(os.environ, _interfaces(), checkpoint_dir=paths.checkpoint_dir(os.environ))
         try:
             super().__init__(*args, **kwargs)
         except flavor.attribute(self.pl, "utilities.exceptions.SIGTERMException") as e:

@@ -227,3 +227,14 @@ def test_on_sagemaker_the_projects_own_model_checkpoint_gets_the_jobs_directory(
     cli = LightningCLI(BoringModel, args=settings, run=False, trainer_defaults={"callbacks": [own]})
     assert [c for c in cli.trainer.callbacks if isinstance(c, ModelCheckpoint)] == [own]
     assert own.dirpath == str(tmp_path / "checkpoints")  # the directory SageMaker syncs, which a restart resumes from
+
+
+def test_a_bad_host_list_fails_in_one_line(as_script, tmp_path, monkeypatch, capsys):
+    """The launch plan is made when the CLI starts, after its excepthook: a bad SM_HOSTS is the one line too."""
+    job = {"SM_HOSTS": '["localhost","localhost"]', "SM_CURRENT_HOST": "localhost", "SM_OUTPUT_DIR": str(tmp_path)}
+    monkeypatch.setattr(os, "environ", {**os.environ, **job})
+    with pytest.raises(SystemExit) as exit:
+        as_script(train.main, ["--trainer.max_epochs=1"])
+    errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("ERROR: ")]
+    assert exit.value.code == 1 and len(errors) == 1 and "names a host twice" in errors[0]
+    assert "names a host twice" in (tmp_path / "failure").read_text()
