@@ -1,11 +1,11 @@
-"""CIFAR-10 as LightningDataModules on torchvision.datasets.CIFAR10: the files, the split, and the DataLoader path.
+"""CIFAR-10 as LightningDataModules: the files, the split, and the DataLoader path.
 
 `data_dir` holds either the extracted `cifar-10-batches-py/` or the official archive `cifar-10-python.tar.gz`
-(what users upload to S3). Files in the official format with other content (scripts/make_dataset.py) load too.
-CIFAR10Base finds, unpacks, reads, checks and splits the files; CIFAR10DataModule augments in DataLoader workers
-(PIL transforms), device_data.DeviceCIFAR10DataModule on the training device. Each training image's crop and flip
-are drawn from a generator seeded by (seed, epoch, index): a resumed run augments as the uninterrupted one did,
-whichever worker process loads the image.
+(what users upload to S3). Files in the official format with other content (scripts/make_dataset.py) load too; a
+batch that would run code does not (cifar_files.py reads them). CIFAR10Base finds, unpacks, reads, checks and splits
+the files; CIFAR10DataModule augments in DataLoader workers (PIL transforms), device_data.DeviceCIFAR10DataModule
+on the training device. Each training image's crop and flip are drawn from a generator seeded by (seed, epoch,
+index): a resumed run augments as the uninterrupted one did, whichever worker process loads the image.
 
     python scripts/make_dataset.py synthetic data/synthetic
     python -c "import data; d = data.CIFAR10DataModule('data/synthetic'); d.prepare_data(); d.setup('fit'); print(len(d.train_set))"
@@ -14,7 +14,6 @@ whichever worker process loads the image.
 import copy
 import hashlib
 import os
-import pickle
 import shutil
 import tarfile
 import tempfile
@@ -26,24 +25,15 @@ import torch
 import torchvision
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, Subset
 from torchvision import transforms as T
+from torchvision.datasets.utils import download_and_extract_archive
 from torchvision.transforms import functional as TF
 
+from cifar_files import ARCHIVE, FOLDER, META, SIZE, TEST_BATCHES, TRAIN_BATCHES, CIFAR10Files
 from sagemaker_lightning import ResumableDataLoader, UserError
 
-ARCHIVE = "cifar-10-python.tar.gz"
-FOLDER = "cifar-10-batches-py"
 MEAN = (0.4914, 0.4822, 0.4465)  # per-channel mean of the CIFAR-10 training images
 STD = (0.2470, 0.2435, 0.2616)  # per-channel standard deviation of the same
-SIZE = 32  # image height and width
 PAD = 4  # training crops: SIZE×SIZE out of the image padded with PAD black pixels on each side
-
-
-class CIFAR10Files(torchvision.datasets.CIFAR10):
-    """CIFAR-10 in the official file format, whatever its content: no checksums (md5 None means "exists")."""
-
-    train_list = [[name, None] for name, _ in torchvision.datasets.CIFAR10.train_list]
-    test_list = [[name, None] for name, _ in torchvision.datasets.CIFAR10.test_list]
-    meta = {**torchvision.datasets.CIFAR10.meta, "md5": None}
 
 
 class CIFAR10Base(pl.LightningDataModule):
@@ -106,8 +96,9 @@ class CIFAR10Base(pl.LightningDataModule):
         if os.path.isfile(os.path.join(self.data_dir, ARCHIVE)):
             self._extract()
         elif self.download:
-            try:
-                torchvision.datasets.CIFAR10(self.data_dir, download=True)
+            official = torchvision.datasets.CIFAR10
+            try:  # the md5-checked archive, unpacked; read as any data_dir is, never by torchvision's pickle.load
+                download_and_extract_archive(official.url, self.data_dir, filename=ARCHIVE, md5=official.tgz_md5)
             except (urllib.error.URLError, OSError) as e:
                 raise UserError(
                     f"cannot download CIFAR-10 into {self.data_dir} ({e}); put the data there instead"
@@ -121,7 +112,7 @@ class CIFAR10Base(pl.LightningDataModule):
     def _extract(self) -> None:
         """Copy out the seven known files by name: no member path from the archive is ever used."""
         archive, target = os.path.join(self.data_dir, ARCHIVE), self._extract_dir()
-        names = [name for name, _ in CIFAR10Files.train_list + CIFAR10Files.test_list] + [CIFAR10Files.meta["filename"]]
+        names = TRAIN_BATCHES + TEST_BATCHES + [META]
         staging = tempfile.mkdtemp(dir=os.path.dirname(target))
         try:
             with tarfile.open(archive) as tar:
@@ -149,13 +140,7 @@ class CIFAR10Base(pl.LightningDataModule):
         if root is None:
             self.prepare_data()  # setup() without prepare_data(), as in a notebook
             root = self._root()
-        try:
-            dataset = CIFAR10Files(root, train=train, transform=transform)
-        except (pickle.UnpicklingError, EOFError, KeyError, ValueError, OSError, RuntimeError) as e:
-            raise UserError(f"cannot read CIFAR-10 files in {os.path.join(root, FOLDER)} ({e}); replace them") from e
-        if not dataset.targets or max(dataset.targets) >= self.num_classes or min(dataset.targets) < 0:
-            raise UserError(f"labels in {os.path.join(root, FOLDER)} must lie in 0..{self.num_classes - 1}")
-        return dataset
+        return CIFAR10Files.read(os.path.join(root, FOLDER), train, self.num_classes, transform)
 
     def _subset(self, files: CIFAR10Files, indices: list[int] | None, augment: bool):
         """The images of `files` at `indices` (None: all) as this pipeline's dataset, augmented for training or not."""

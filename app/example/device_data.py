@@ -18,7 +18,8 @@ import torch
 from torch.nn import functional as F
 from torch.utils.data import DistributedSampler
 
-from data import MEAN, PAD, SIZE, STD, CIFAR10Base, CIFAR10Files
+from cifar_files import CIFAR10Files
+from data import MEAN, PAD, SIZE, STD, CIFAR10Base
 from sagemaker_lightning import ResumableEpoch, UserError
 
 
