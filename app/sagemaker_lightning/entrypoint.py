@@ -5,7 +5,9 @@ SageMaker's grace period; every way it fails ends in one line in the failure fil
 SageMaker signals only PID 1 on StopTrainingJob and spot interruption (and kills the container 120 s later); the
 training toolkit does not pass the signal on (sagemaker-training-toolkit #125, #173). The signal goes to each
 training process that registered (signals.py); without any (a plain `docker run ... python script.py`), to the
-command itself. Before the command starts, inside a SageMaker job (resourceconfig.json present):
+command itself. In a job the command's output passes through here as it comes (a \\r progress bar too), its last
+lines kept, each cut short, for the failure line. Before the command starts, inside a SageMaker job
+(resourceconfig.json present):
   - the code: the job's own (SDK 2.x `entry_point`/`source_dir`: the hyperparameter sagemaker_program, or code
     mounted over /opt/ml/code in local mode), else the image's example (copied into /opt/ml/code, run as train.py);
   - every host name must resolve within dist_timeout (a hyperparameter, default 600 s), or the job fails naming the
@@ -40,6 +42,8 @@ OUTPUT = paths.output_dir(os.environ)
 EXAMPLE = os.environ.get("SAGEMAKER_LIGHTNING_EXAMPLE", "/opt/sagemaker-lightning/example")  # the image's example
 STOP_GRACE_S = 110  # after SIGTERM: SageMaker kills the container 120 s after signalling it
 LOG_TAIL_LINES = 300  # of the command's output, kept for the failure line: launchers print their summaries there
+LOG_LINE_BYTES = 4096  # of each line in that tail, from its start: a line of any length (a tensor printed) is cut
+LOG_CHUNK_BYTES = 65536  # read from the command's pipes at a time, and passed on at once, newline or not
 LEFTOVER_GRACE_S = 10  # after the command ends: daemons it left (sshd for MPI) get this long to exit
 
 
@@ -149,14 +153,43 @@ def one_line_failure(code: int, log: str = "") -> None:
         failure.report(line, output_dir=OUTPUT)
 
 
+def note(line: str) -> None:
+    """One line of PID 1's own on stderr, in one write: safe in a signal handler, and where sys.stderr is broken."""
+    try:
+        os.write(2, f"entrypoint: {' '.join(line.split())}\n".encode())
+    except OSError:
+        pass
+
+
+def kept(tail: collections.deque, partial: bytes, chunk: bytes) -> bytes:
+    """Adds the lines that `chunk` completes to `tail`, each cut to LOG_LINE_BYTES; returns the line still open."""
+    *ended, partial = (partial + chunk).split(b"\n")
+    tail.extend(line[:LOG_LINE_BYTES] + b"\n" for line in ended)
+    return partial[:LOG_LINE_BYTES]
+
+
 def copy(stream, to, tail: collections.deque) -> threading.Thread:
-    """A thread that copies `stream` to `to` line by line as it comes, keeping the last lines in `tail`."""
+    """A thread that copies `stream` to `to` as it comes (a \\r progress bar too: no wait for a newline), keeping its
+    last lines in `tail`. Should that fail, it says so in one line and drains `stream` from then on: a command whose
+    output pipe is full blocks, a hang with no line."""
 
     def run() -> None:
-        for line in iter(stream.readline, b""):
-            to.buffer.write(line)
-            to.flush()
-            tail.append(line)
+        fd, partial, failed = stream.fileno(), b"", False
+        while chunk := os.read(fd, LOG_CHUNK_BYTES):
+            if failed:
+                continue
+            try:
+                to.buffer.write(chunk)
+                to.flush()
+                partial = kept(tail, partial, chunk)
+            except Exception as e:  # whatever it is: the command must not block on its pipe
+                failed = True
+                note(
+                    f"the command's output is no longer copied to {getattr(to, 'name', to)} ({type(e).__name__}: "
+                    f"{e}); it is read and dropped from here on, so that the command does not block"
+                )
+        if partial:
+            tail.append(partial)
 
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
@@ -219,7 +252,10 @@ def main() -> int:
     def on_signal(signum, frame):
         nonlocal deadline, stopped_by
         deadline, stopped_by = time.monotonic() + STOP_GRACE_S, signum
-        for pid in signals.registered() or [child.pid]:
+        trainers = signals.registered()
+        whom = f"training processes {', '.join(map(str, trainers))}" if trainers else f"the command ({child.pid})"
+        note(f"{signal.Signals(signum).name}: passed on to {whom}")  # in the log: when the stop came, and to whom
+        for pid in trainers or [child.pid]:
             try:
                 os.kill(pid, signum)
             except ProcessLookupError:

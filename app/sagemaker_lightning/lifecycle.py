@@ -29,7 +29,8 @@ def leave_process_group() -> None:
     active exception`, exit -6). Two-host fsdp on 2 AMD EPYC cores, torch 2.14.1 (scripts/soak_exit.py): 3 of 48 runs
     aborted with the group destroyed and no wait (at exit the group's threads still run: FSDP's state holds the
     group), 0 of 60 with the wait (20 of them with another process keeping one core busy). Not after a failure: a peer
-    may be gone, and the teardown could wait for it."""
+    may be gone, and the teardown could wait for it. The abort is too rare to test in CI; the order and the wait are
+    (tests/unit/test_registrations.py)."""
     import torch.distributed
 
     if torch.distributed.is_available() and torch.distributed.is_initialized():

@@ -10,10 +10,13 @@ import tarfile
 import time
 import uuid
 from collections.abc import Iterator
+from datetime import datetime
 
 import pytest
 import torch
 from compose_jobs import containers, start_job
+
+from sagemaker_lightning import entrypoint, failure
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -141,9 +144,9 @@ def test_sigterm_saves_a_checkpoint_at_the_step_reached(image, archive_dir, tmp_
 
 def test_docker_stop_of_an_mpi_job_leaves_a_complete_checkpoint(image, archive_dir, tmp_path):
     """mpirun with 2 processes: SIGTERM reaches the two ranks (not mpirun, which would end them first), they stop at
-    the same step and last.ckpt is written whole before the container exits. It exits on its own within 60 s
-    (SageMaker waits 120): once the ranks are done, the sshd mpirun needs is no reason to wait out the entrypoint's
-    110 s grace, as it did."""
+    the same step and last.ckpt is written whole before the container exits. Once the ranks are done, the container
+    exits within LEFTOVER_GRACE_S: the sshd mpirun needs is no reason to wait out the entrypoint's 110 s grace, as it
+    did (docker's 60 s here then SIGKILLed it: 137)."""
     ckpts = tmp_path / "ckpts"
     words = [w for w in RESUMABLE if not w.startswith(("last_checkpoint", "trainer.limit_train"))]
     mpi = ["--distribution", "mpi", "--processes-per-host", "2"]
@@ -157,6 +160,22 @@ def test_docker_stop_of_an_mpi_job_leaves_a_complete_checkpoint(image, archive_d
     assert stopped_with_checkpoint(output, ckpts, container) > 3
     assert partial_files(ckpts) == []
     assert "pre-flight: 1 host × 2 processes; all-reduce busbw" in output  # pre-flight under mpirun too
+    # When, on docker's clock (its log's timestamps, the container's end): PID 1 passed SIGTERM on, the last rank
+    # printed its stop line (then exits), the container ended. The ranks' own exit after their line is allowed as long
+    # as their stop took (a slow machine is slow at both); a longer wait for what the ranks left fails
+    logs = subprocess.run(["docker", "logs", "--timestamps", container], capture_output=True, text=True, check=True)
+    stamped = [line.partition(" ") for line in (logs.stdout + logs.stderr).splitlines()]
+
+    def when(text: str) -> list[float]:
+        return [datetime.fromisoformat(stamp).timestamp() for stamp, _, line in stamped if text in line]
+
+    signalled, ended = when("entrypoint: SIGTERM: passed on to"), when(f"ERROR: {failure.STOPPED}")
+    finished = subprocess.run(["docker", "inspect", "-f", "{{.State.FinishedAt}}", container], capture_output=True,
+                              text=True, check=True)  # fmt: skip
+    exited = datetime.fromisoformat(finished.stdout.strip()).timestamp()
+    assert len(signalled) == 1 and ended, logs.stdout[-3000:] + logs.stderr[-3000:]
+    stop_s, after_s = max(ended) - signalled[0], exited - max(ended)
+    assert stop_s > 0 and after_s < entrypoint.LEFTOVER_GRACE_S + stop_s, (stop_s, after_s)
 
 
 def test_a_frozen_host_is_named_and_every_host_ends(image, archive_dir, tmp_path):

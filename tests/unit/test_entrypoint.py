@@ -1,5 +1,5 @@
-"""The image's entrypoint: which network interface replaces one the container lacks, a bad dist_timeout, and who
-gets SIGTERM."""
+"""The image's entrypoint: which network interface replaces one the container lacks, a bad dist_timeout, who gets
+SIGTERM (not a process on a stale registration's PID), and how long what the command leaves gets once it ends."""
 
 import json
 import os
@@ -123,3 +123,114 @@ def test_a_stop_while_the_job_waits_for_its_hosts_ends_it_at_once(tmp_path):
     assert error.startswith(f"ERROR: {line}")
     assert (tmp_path / "output" / "failure").read_text().startswith(line)
     assert not (tmp_path / "ran").exists()
+
+
+HANG_S = 60  # a wait that ends a test which would otherwise hang: many times what it needs
+# The entrypoint as PID 1 sees its processes: what its command leaves becomes its child (a child subreaper) and is
+# waited for; LEFTOVER_GRACE_S from the first argument
+AS_PID1 = """
+import ctypes, sys
+ctypes.CDLL(None).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+from sagemaker_lightning import entrypoint
+entrypoint.LEFTOVER_GRACE_S = float(sys.argv.pop(1))
+sys.exit(entrypoint.main())
+"""
+
+
+def as_pid1(tmp_path, grace_s: float, *command: str) -> subprocess.Popen:
+    env = {**os.environ, "SAGEMAKER_LIGHTNING_RUN_DIR": str(tmp_path / "run"), "SAGEMAKER_BASE_DIR": str(tmp_path)}
+    return subprocess.Popen([sys.executable, "-c", AS_PID1, str(grace_s), *command], env=env)
+
+
+def wait_for(path, pid1: subprocess.Popen) -> None:
+    deadline = time.monotonic() + HANG_S
+    while not path.exists():
+        assert time.monotonic() < deadline and pid1.poll() is None, f"no {path.name}"
+        time.sleep(0.05)
+
+
+# A process that runs on after the command: it records its PID, then (given "stays") ignores SIGTERM, else records it
+LEFTOVER = """
+import os, signal, sys, time
+folder, name = sys.argv[1:3]
+if sys.argv[3:] == ["stays"]:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+else:
+    signal.signal(signal.SIGTERM, lambda *args: (open(os.path.join(folder, name + ".ended"), "w").close(), sys.exit()))
+open(os.path.join(folder, name), "w").write(str(os.getpid()))
+time.sleep(60)
+"""
+# PID 1's command: starts two leftovers (sshd for MPI), one ignoring SIGTERM, and ends, writing when
+LEAVES = f"""
+import os, subprocess, sys, time
+folder = sys.argv[1]
+for name, *how in (("stays", "stays"), ("goes",)):
+    subprocess.Popen([sys.executable, "-c", {LEFTOVER!r}, folder, name, *how])
+while not all(os.path.exists(os.path.join(folder, n)) for n in ("stays", "goes")):
+    time.sleep(0.05)
+open(os.path.join(folder, "ended"), "w").write(repr(time.monotonic()))
+"""
+
+
+def kill(pid_file) -> None:
+    if pid_file.exists():
+        try:
+            os.kill(int(pid_file.read_text()), signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def test_what_the_command_leaves_gets_leftover_grace_s_not_more(tmp_path):
+    """The command ends, leaving two processes: both get SIGTERM; the one that ends on it ends, and PID 1 ends
+    LEFTOVER_GRACE_S after the command while the one ignoring it still runs (a stopped MPI job's container held on
+    for its sshd)."""
+    grace_s = 1.0
+    pid1 = as_pid1(tmp_path, grace_s, sys.executable, "-c", LEAVES, str(tmp_path))
+    try:
+        assert pid1.wait(timeout=HANG_S) == 0
+        ended_s = time.monotonic() - float((tmp_path / "ended").read_text())
+        assert (tmp_path / "goes.ended").exists()  # SIGTERM reached what the command left
+        assert os.path.exists(f"/proc/{(tmp_path / 'stays').read_text()}")  # not waited for: it sleeps on
+        assert ended_s >= grace_s  # its grace given
+    finally:
+        pid1.kill()
+        kill(tmp_path / "stays")
+        kill(tmp_path / "goes")
+
+
+# PID 1's command: an unrelated process (its own session, ignoring SIGTERM, recording it) on a PID an earlier trainer
+# registered, then a trainer that registers and stops on SIGTERM
+STALE = """
+import os, signal, subprocess, sys, time
+from sagemaker_lightning import signals
+folder = sys.argv[1]
+other = subprocess.Popen([sys.executable, "-c", '''
+import os, signal, sys, time
+signal.signal(signal.SIGTERM, lambda *args: open(os.path.join(sys.argv[1], "signalled"), "w").close())
+open(os.path.join(sys.argv[1], "other"), "w").write(str(os.getpid()))
+time.sleep(60)
+''', folder], start_new_session=True)
+while not os.path.exists(os.path.join(folder, "other")):
+    time.sleep(0.05)
+os.makedirs(os.path.join(signals.RUN_DIR, "trainers"), exist_ok=True)
+open(os.path.join(signals.RUN_DIR, "trainers", str(other.pid)), "w").write("1")
+signal.signal(signal.SIGTERM, lambda *args: sys.exit(143))
+signals.register(os.getpid())
+open(os.path.join(folder, "ready"), "w").close()
+time.sleep(60)
+"""
+
+
+def test_a_stop_neither_signals_nor_waits_for_a_process_on_a_stale_registration(tmp_path):
+    """SIGTERM to PID 1: the trainer gets it and ends; the process on the stale registration's PID gets nothing, and
+    PID 1 ends while it still runs (it used to wait for it: up to STOP_GRACE_S)."""
+    pid1 = as_pid1(tmp_path, 1.0, sys.executable, "-c", STALE, str(tmp_path))
+    try:
+        wait_for(tmp_path / "ready", pid1)
+        pid1.send_signal(signal.SIGTERM)
+        assert pid1.wait(timeout=HANG_S) == 143
+        assert os.path.exists(f"/proc/{(tmp_path / 'other').read_text()}")  # not waited for: it sleeps on
+        assert not (tmp_path / "signalled").exists()
+    finally:
+        pid1.kill()
+        kill(tmp_path / "other")
