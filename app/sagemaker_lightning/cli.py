@@ -45,6 +45,7 @@ from sagemaker_lightning import (
     preflight,
     progress,
     quiet,
+    redact,
     scaling,
     settings,
     sharding,
@@ -287,8 +288,9 @@ class LightningCLI:
         return _rebuilt, (type(self).__mro__[1], self.pl.__name__), self.__getstate__()
 
     def _config_yaml(self) -> str:
-        """The resolved configuration, as model_dir's config.yaml holds it."""
-        return self._parser(self.subcommand).dump(self._subconfig(), skip_none=False)
+        """The resolved configuration, as model_dir's config.yaml holds it: its secrets redacted (redact.py), for
+        whoever can read model.tar.gz may not be who may read the job's hyperparameters."""
+        return redact.redacted_yaml(self._parser(self.subcommand).dump(self._subconfig(), skip_none=False))
 
 
 def _listed(value) -> list:
