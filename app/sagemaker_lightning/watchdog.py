@@ -5,16 +5,18 @@ on every host in one line that names the operation, the ranks and hosts that did
     torchfrtrace $SM_OUTPUT_DATA_DIR/flight_recorder -p rank_   # the dumps of the ranks that ended (NCCL's; torch
                                                                 # 2.14.1's analyser fails on gloo's: pickle.load them)
 
-Each rank runs a thread that, every PERIOD_S, writes a heartbeat to the job's TCP store (its own connection, with a
-short timeout: a store that stops answering is named, not waited for): its host, step, the last collective it
-entered in each process group (torch's flight recorder, TORCH_FR_BUFFER_SIZE: NCCL's, and gloo's in torch 2.14.1;
-plan.recorder_env sets it),
-what the runtime is doing (writing a checkpoint: a wait for it is no hang), and, when its main thread has made no
-progress for a period, that thread's innermost Python frames. A rank whose oldest unfinished collective is
-older than the timeout compares the heartbeats: the ranks that never entered that collective, or whose heartbeat
-stopped (SIGSTOP, a frozen host), are the ones named. The line goes to the store first (the first one written wins),
-so every rank that reads it, the stuck one included when it still runs, ends with the same line. Without the flight
-recorder (older torch), a main thread with no progress for the timeout is the trigger.
+Each rank runs a thread that, every PERIOD_S, writes a heartbeat to the job's TCP store, signed with a key the ranks
+agreed on over the process group (heartbeats.py: the store answers anyone who reaches it; a call it does not answer
+within PERIOD_S is given up): its host, step, the last collective it entered in each process group (torch's flight
+recorder, TORCH_FR_BUFFER_SIZE: NCCL's, and gloo's in torch 2.14.1; plan.recorder_env sets it), what the runtime is
+doing (writing a checkpoint: busy()), and, when its main thread has made no progress for a period, that thread's
+innermost Python frames. A rank whose oldest unfinished collective is older than the timeout (without the flight
+recorder: whose main thread made no progress for that long) compares the heartbeats: the ranks that never entered
+that collective, or whose heartbeat stopped (SIGSTOP, a frozen host), are the ones named. A busy rank is no hang: while
+this rank or any peer writes a checkpoint, and for a timeout after, nothing is judged (dist_timeout bounds that wait).
+The line goes to the store first (the first one written wins), so every rank that reads it, the stuck one included
+when it still runs, ends with the same line; rank 0, whose process holds the store, ends once the peers that still
+beat have read it. A rank that waited past the timeout and finds the store silent ends with a line that says so.
 """
 
 import contextlib
@@ -27,19 +29,29 @@ import time
 import traceback
 from collections import deque
 from collections.abc import Mapping
-from datetime import timedelta
 
-from sagemaker_lightning import failure, paths, stragglers
+from sagemaker_lightning import failure, heartbeats, paths, stragglers
 from sagemaker_lightning.flavor import made
+from sagemaker_lightning.heartbeats import (
+    ABORT,
+    BUSY,
+    PERIOD_S,
+    STALE_PERIODS,
+    absent,
+    fresh,
+    last_entered,
+    line,
+    overdue,
+    unanswered,
+    where,
+)
 from sagemaker_lightning.lines import say
 
 FLOOR_S = 120.0  # a derived timeout is at least this: a slow first batch of an epoch, validation's end, a save
 TIMES_MEDIAN = 10  # a derived timeout: this many median steps
 MEASURED_STEPS = 10  # steps timed before a derived timeout applies; dist_timeout until then
-PERIOD_S = 2.0  # between heartbeats: a hang is named at most about this long after its timeout
-STALE_PERIODS = 3  # a heartbeat older than this many periods: the process stopped answering
-ABORT = "abort"  # the store's key for the line every rank ends with
-PREFIX = "sagemaker_lightning/watchdog/"
+READ_PERIODS = 2  # rank 0, whose process holds the store, waits at most this long for peers to read the line (cli's
+# fail waits 3 periods for the watchdog's exit)
 
 ENDING = threading.Event()  # set when the thread ends the process: the main thread's own error then is a consequence
 _busy: str | None = None  # what the runtime's main thread is doing that takes long and is no hang (busy())
@@ -66,101 +78,16 @@ def timeout_s(given: float | None, step_seconds: list[float], dist_timeout_s: fl
     return min(max(FLOOR_S, TIMES_MEDIAN * statistics.median(step_seconds)), dist_timeout_s)
 
 
-def overdue(entries: list[dict], now_ns: int, limit_s: float) -> dict | None:
-    """The oldest collective of the flight recorder's `entries` that is unfinished and older than `limit_s`."""
-    late = [e for e in entries if not e.get("retired", True) and now_ns - e["time_created_ns"] > limit_s * 1e9]
-    return min(late, key=lambda e: e["time_created_ns"], default=None)
-
-
-def last_entered(entries: list[dict]) -> dict[str, int]:
-    """Process group id → the sequence number of the last collective this rank entered. From the entries, not the
-    dump's pg_status, whose counter counts send and recv too, which gloo's entries leave out (torch 2.14)."""
-    last: dict[str, int] = {}
-    for e in entries:
-        if not e.get("is_p2p"):
-            pg = e["process_group"][0]
-            last[pg] = max(last.get(pg, -1), e["collective_seq_id"])
-    return last
-
-
-def where(frames: list[traceback.FrameSummary], most: int = 3) -> str:
-    """The innermost frames of a stack, innermost first: `fn (file.py:12) < caller (file.py:40)`."""
-    inner = list(reversed(frames))[:most]
-    return " < ".join(f"{f.name} ({os.path.basename(f.filename)}:{f.lineno})" for f in inner)
-
-
-def absent(records: Mapping[int, dict | None], pg: str | None, seq: int | None, now: float, me: int) -> list[int]:
-    """The ranks that hold up collective `seq` of process group `pg`: no heartbeat, one that stopped, or the
-    collective never entered (known only with the flight recorder)."""
-    return [
-        rank
-        for rank, r in sorted(records.items())
-        if rank != me
-        and (r is None or now - r["t"] > STALE_PERIODS * PERIOD_S or (seq is not None and r["last"].get(pg, -1) < seq))
-    ]
-
-
-def what(record: dict | None, now: float, pg: str | None = None) -> str:
-    """What a held-up rank was doing, from its last heartbeat; with `pg`, the last collective it entered there."""
-    if record is None:
-        return "no heartbeat at all (it never reached training)"
-    entered = f", last entered #{record['last'][pg]}" if pg in record["last"] else ""
-    if now - record["t"] > STALE_PERIODS * PERIOD_S:
-        return (
-            f"no heartbeat for {now - record['t']:.0f} s at step {record['step']}{entered}: its process is stopped "
-            "(SIGSTOP, a frozen host) or its network is gone"
-        )
-    doing = f"in {record['stack']}" if record.get("stack") else "running"
-    return f"{doing} at step {record['step']}{entered}" + (f", {record['busy']}" if record.get("busy") else "")
-
-
-def line(op: dict | None, limit_s: float, me: int, records: Mapping[int, dict], held: list[int], now: float) -> str:
-    """The one line every rank ends with."""
-    if op:
-        name = f"{op['profiling_name']} #{op['collective_seq_id']} of process group {op['process_group'][1]}"
-    else:
-        name = "a collective (torch's flight recorder is off: TORCH_FR_BUFFER_SIZE)"
-    mine, pg = records.get(me) or {}, op["process_group"][0] if op else None
-    parts = [
-        f"rank {r} on {(records.get(r) or {}).get('host', '?')} did not arrive: {what(records.get(r), now, pg)}"
-        for r in held
-    ] or [  # none named: each rank's state, for the reader to compare
-        f"rank {r} on {(rec or {}).get('host', '?')}: {what(rec, now, pg)}"
-        for r, rec in sorted(records.items())
-        if r != me
-    ]
-    return (
-        f"{name} did not finish within the training timeout of {limit_s:g} s (training_timeout) on rank {me} "
-        f"({mine.get('host', '?')}, step {mine.get('step', '?')}); " + "; ".join(parts)
-    )
-
-
-def _connect():
-    """A connection of this thread's own to the job's TCP store, whose operations give up after PERIOD_S."""
-    import torch.distributed as dist
-
-    address, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
-    tcp = dist.TCPStore(address, port, is_master=False, timeout=timedelta(seconds=PERIOD_S), wait_for_workers=False)
-    return dist.PrefixStore(PREFIX, tcp)
-
-
-def _fr_json() -> dict:
-    """The flight recorder's current entries ({} when this torch has no recorder for the backend, or it is off)."""
-    from torch._C import _distributed_c10d as c10d
-
-    dump = getattr(c10d, "_dump_fr_trace_json", None) or getattr(c10d, "_dump_nccl_trace_json", None)
-    try:
-        return json.loads(dump(True, False)) if dump else {}
-    except RuntimeError:  # torch < 2.8 on gloo: NCCL's dump, without NCCL
-        return {}
-
-
 class Watchdog:
     """The callback: times the training steps in the main thread (a few assignments a step), heartbeats and judges in
     its own thread from the start of training to its end. Several processes on SageMaker only."""
 
     BASE = "callbacks.Callback"
-    clock = staticmethod(time.monotonic)
+    clock = staticmethod(time.monotonic)  # the main thread's progress, busy marks, the wait for the line's readers
+    wall = staticmethod(time.time)  # heartbeats' times and the flight recorder's: hosts' clocks agree (NTP)
+    pause = staticmethod(time.sleep)
+    recorder = staticmethod(heartbeats.fr_json)  # the flight recorder's entries
+    exit = staticmethod(os._exit)  # its main thread waits in a collective that would never return
 
     def __init__(self, given_s: float | None, dist_timeout_s: float, host: str, output_data_dir: str | None):
         self.given_s, self.dist_timeout_s = given_s, dist_timeout_s
@@ -171,14 +98,23 @@ class Watchdog:
     def on_train_start(self, trainer, pl_module):
         if trainer.world_size == 1:
             return
-        self.rank, self.world_size, self.step = trainer.global_rank, trainer.world_size, trainer.global_step
-        self.steps: deque[float] = deque(maxlen=100)  # the latest step times, for the median
-        self.beat = self.clock()  # the main thread's last progress
-        self.warned: dict[str, float] = {}  # host → when it was last named a straggler
-        self.since_ns = 0  # the end of the first step: stragglers are judged from there on
-        self.stopping = threading.Event()
+        key = heartbeats.agree_key(trainer.strategy.root_device)  # a collective: every rank, here
+        self.begin(trainer.global_rank, trainer.world_size, trainer.global_step, key)
         self.thread = threading.Thread(target=self._run, name="sagemaker-lightning-watchdog", daemon=True)
         self.thread.start()
+
+    def begin(self, rank: int, world_size: int, step: int, key: bytes) -> None:
+        """The state the thread judges from."""
+        self.rank, self.world_size, self.step, self.key = rank, world_size, step, key
+        self.steps: deque[float] = deque(maxlen=100)  # the latest step times, for the median
+        self.beat = self.clock()  # the main thread's last progress
+        self.busy_seen = -float("inf")  # when this rank or a peer was last seen busy
+        self.answered = self.clock()  # when the store last answered
+        self.warned: dict[str, float] = {}  # host → when it was last named a straggler
+        self.said: set[str] = set()  # the keys whose value was said to be not this job's, or unreadable
+        self.since_ns = 0  # the end of the first step: stragglers are judged from there on
+        self.link = heartbeats.Link(heartbeats.connect, PERIOD_S)
+        self.stopping = threading.Event()
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
         now = self.clock()
@@ -210,72 +146,137 @@ class Watchdog:
     # ---- the thread -----------------------------------------------------------------------------------------------
 
     def _run(self) -> None:
-        store = None
         while not self.stopping.wait(PERIOD_S):
-            fr = _fr_json()
-            try:
-                store = store or _connect()
-                store.set(str(self.rank), json.dumps(self._record(fr)))
-                if store.check([ABORT]):
-                    self._end(store.get(ABORT).decode())
-                if self.rank == 0:
-                    self._compare(store)
-                self._judge(fr, store)
-            except Exception as e:  # noqa: BLE001  the store did not answer: judged without it
-                store = None
-                self._judge(fr, None, e)
+            self.tick()
 
-    def _record(self, fr: dict) -> dict:
+    def tick(self) -> None:
+        """One heartbeat: write this rank's, read the line, and judge when this rank's own wait passed the timeout:
+        its oldest collective unfinished (without the flight recorder: its main thread without progress)."""
+        fr = self.recorder()
+        entries, now = fr.get("entries", []), self.wall()
+        limit = timeout_s(self.given_s, list(self.steps), self.dist_timeout_s)
+        op = overdue(entries, int(now * 1e9), limit)
+        stalled = self.clock() - self.beat > limit
+        waiting = op is not None or (stalled and not entries)
+        if _busy:
+            self.busy_seen = self.clock()
+        mine = self._record(fr, now)
+        try:
+            abort, busy_mark, raw = self.link.call(lambda store: self._exchange(store, mine, waiting))
+        except heartbeats.Silent as e:  # silent as long as a stopped peer's heartbeat (a slow connect is not)
+            silent = self.clock() - self.answered > STALE_PERIODS * PERIOD_S
+            if silent and (waiting or stalled) and self._quiet(limit):  # a stuck rank too: no peer can tell it more
+                self._end(unanswered(op, limit, self.rank, self.host, e))
+            return
+        self.answered = self.clock()
+        if abort is not None and (said := self._opened(ABORT, abort)) is not None:
+            self._end(said)
+        if raw is not None:
+            self._compare(self._records(raw), now)
+        if busy_mark is not None and fresh(self._parsed(BUSY, busy_mark), now):
+            self.busy_seen = self.clock()  # a peer writes: the wait is judged from the end of the write
+        if waiting and self._quiet(limit):
+            self._judge(op, limit, now)
+
+    def _quiet(self, limit: float) -> bool:
+        """No rank seen busy for the timeout: a wait for a checkpoint's write is no hang, nor the wait just after."""
+        return self.clock() - self.busy_seen > limit
+
+    def _record(self, fr: dict, now: float, ended: bool = False) -> dict:
         stalled = self.clock() - self.beat > PERIOD_S
         frame = sys._current_frames().get(threading.main_thread().ident) if stalled else None
         return {
             "host": self.host,
-            "t": time.time(),  # hosts' clocks agree to milliseconds (NTP on SageMaker; one clock in local mode)
+            "t": now,
             "step": self.step,
             "last": last_entered(fr.get("entries", [])),
             "stack": where(traceback.extract_stack(frame)) if frame else None,
             "busy": _busy,
             "arrived": stragglers.arrivals(fr.get("entries", []), self.since_ns),  # when it entered its latest
+            "ended": ended,  # it read the line: rank 0 need not keep the store up for it
         }
 
-    def _compare(self, store) -> None:
-        """Rank 0: the hosts' spread for the progress line, and a warning for a straggler (stragglers.py)."""
+    def _exchange(self, store, mine: dict, waiting: bool) -> tuple:
+        """In the link's thread: write this rank's heartbeat (and busy mark); read the line, the latest busy mark when
+        this rank waits, and every heartbeat on rank 0 (stragglers)."""
+        me = str(self.rank)
+        store.set(me, heartbeats.signed(self.key, me, json.dumps(mine)))
+        if mine["busy"]:
+            store.set(BUSY, heartbeats.signed(self.key, BUSY, json.dumps(mine)))
+        abort = store.get(ABORT) if store.check([ABORT]) else None
+        busy_mark = store.get(BUSY) if waiting and store.check([BUSY]) else None
+        return abort, busy_mark, self._all(store) if self.rank == 0 else None
+
+    def _all(self, store) -> dict[int, bytes | None]:
         keys = [str(r) for r in range(self.world_size)]
-        records = {r: json.loads(v) for r, v in enumerate(store.multi_get(keys))} if store.check(keys) else {}
-        now = time.time()  # a rank whose heartbeat stopped is a hang's business (_judge), not a straggler
-        records = {r: record for r, record in records.items() if now - record["t"] <= STALE_PERIODS * PERIOD_S}
+        if store.check(keys):
+            return dict(enumerate(store.multi_get(keys)))
+        return {r: store.get(k) if store.check([k]) else None for r, k in enumerate(keys)}
+
+    def _opened(self, name: str, value: bytes) -> str | None:
+        """The text of a value this job's ranks signed; None, said once for the key, for any other."""
+        try:
+            return heartbeats.opened(self.key, name, value)
+        except heartbeats.Forged as e:
+            self._say_once(name, heartbeats.forged_line(name, e))
+            return None
+
+    def _parsed(self, name: str, value: bytes | None) -> dict | None:
+        """A heartbeat; one that is not this job's or does not parse is said once and read as `unread`."""
+        if value is None:
+            return None
+        text = self._opened(name, value)
+        if text is None:
+            return {"unread": "its heartbeat in the store was replaced by a value not signed by this job's ranks"}
+        try:
+            return heartbeats.parsed(text)
+        except ValueError as e:
+            self._say_once(name, f"warning: the watchdog's heartbeat in {heartbeats.stored(name)} does not parse ({e})")
+            return {"unread": f"its heartbeat does not parse ({e})"}
+
+    def _records(self, raw: Mapping[int, bytes | None]) -> dict[int, dict | None]:
+        return {rank: self._parsed(str(rank), value) for rank, value in raw.items()}
+
+    def _say_once(self, name: str, said: str) -> None:
+        if name not in self.said:
+            self.said.add(name)
+            say(said)
+
+    def _compare(self, records: Mapping[int, dict | None], now: float) -> None:
+        """Rank 0: the hosts' spread for the progress line, and a warning for a straggler (stragglers.py)."""
+        records = {r: record for r, record in records.items() if fresh(record, now)}  # a stopped one: _judge's
         late, span = stragglers.lateness({r: record["arrived"] for r, record in records.items()})
         found = stragglers.spread(late, span, {r: record["host"] for r, record in records.items()})
         self.spread = stragglers.words(found)
-        warning, now = stragglers.warning(found), self.clock()
-        if warning and now - self.warned.get(found[0], -stragglers.WARN_EVERY_S) >= stragglers.WARN_EVERY_S:
-            self.warned[found[0]] = now
+        warning, clock = stragglers.warning(found), self.clock()
+        if warning and clock - self.warned.get(found[0], -stragglers.WARN_EVERY_S) >= stragglers.WARN_EVERY_S:
+            self.warned[found[0]] = clock
             say(warning)
 
-    def _judge(self, fr: dict, store, error: Exception | None = None) -> None:
-        """End the job when this rank's oldest collective has been unfinished for the training timeout (without the
-        flight recorder: its main thread made no progress for that long), unless a peer it waits for is busy."""
-        limit = timeout_s(self.given_s, list(self.steps), self.dist_timeout_s)
-        op = overdue(fr.get("entries", []), time.time_ns(), limit)
-        if (op is None and fr.get("entries")) or self.clock() - self.beat <= limit:
-            return
-        if store is None:
-            self._end(
-                f"a collective did not finish within the training timeout of {limit:g} s (training_timeout) on rank "
-                f"{self.rank} ({self.host}), and the job's store at {os.environ.get('MASTER_ADDR')} does not answer "
-                f"({error}): the process of rank 0 there is stopped or its host is gone"
-            )
-        now, keys = time.time(), [str(r) for r in range(self.world_size)]
-        records = {r: json.loads(store.get(k)) if store.check([k]) else None for r, k in enumerate(keys)}
+    def _judge(self, op: dict | None, limit: float, now: float) -> None:
+        """End the job: the ranks that hold this one up, named from their heartbeats."""
+        try:
+            records = self._records(self.link.call(self._all))
+        except heartbeats.Silent as e:
+            self._end(unanswered(op, limit, self.rank, self.host, e))
         pg, seq = (op["process_group"][0], op["collective_seq_id"]) if op else (None, None)
         held = absent(records, pg, seq, now, self.rank)
-        if any(records[r] and records[r]["busy"] and now - records[r]["t"] <= STALE_PERIODS * PERIOD_S for r in held):
-            return  # a peer writes a checkpoint: dist_timeout bounds that wait
-        self._end(store.compare_set(ABORT, "", line(op, limit, self.rank, records, held, now)).decode())
+        self._end(self.claim(line(op, limit, self.rank, records, held, now)))
+
+    def claim(self, said: str) -> str:
+        """The line every rank ends with: the first one written to the store, this one if none was (or the store
+        is silent, or holds a value that is not this job's)."""
+        text = heartbeats.clipped(said)
+        value = heartbeats.signed(self.key, ABORT, text)
+        try:
+            first = self.link.call(lambda store: store.compare_set(ABORT, "", value))
+        except heartbeats.Silent:
+            return text
+        return self._opened(ABORT, first) or text
 
     def _end(self, said: str) -> None:
-        """Keep the flight recorder's dump, report the line, end the process (its main thread waits in a collective
-        that would never return). Rank 0's process may hold the store: it waits for its peers to read the line."""
+        """Keep the flight recorder's dump, report the line, mark it read, end the process. Rank 0's process holds
+        the store: it ends once the peers that still beat have read the line."""
         ENDING.set()
         if self.output_data_dir:
             with contextlib.suppress(Exception):
@@ -289,9 +290,26 @@ class Watchdog:
                     f.write(c10d._dump_fr_trace(True, False, False))
         failure.report(said)
         sys.stdout.flush()
+        me, read = str(self.rank), json.dumps(self._record({}, self.wall(), ended=True))
+        with contextlib.suppress(heartbeats.Silent):
+            self.link.call(lambda store: store.set(me, heartbeats.signed(self.key, me, read)))
         if self.rank == 0:
-            time.sleep(2 * PERIOD_S)
-        os._exit(1)
+            self._await_readers()
+        self.exit(1)
+
+    def _await_readers(self) -> None:
+        """Until every peer whose heartbeat is fresh has read the line, READ_PERIODS at most (one that stopped in
+        the meantime)."""
+        deadline = self.clock() + READ_PERIODS * PERIOD_S
+        while self.clock() < deadline:
+            try:
+                records = self._records(self.link.call(self._all))
+            except heartbeats.Silent:
+                return
+            now = self.wall()
+            if all(r["ended"] for rank, r in records.items() if rank != self.rank and fresh(r, now)):
+                return
+            self.pause(PERIOD_S / 8)
 
 
 def callbacks(pl, plan, config) -> list:

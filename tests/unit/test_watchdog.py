@@ -1,10 +1,14 @@
-"""The watchdog's arithmetic and its line, without processes: the timeout, the overdue collective, who held it up."""
+"""The watchdog's arithmetic and its line, without processes: the timeout, the overdue collective, who held it up
+(watchdog.py, heartbeats.py).
+
+    .venv/bin/pytest tests/unit/test_watchdog.py
+"""
 
 import traceback
 
 import pytest
 
-from sagemaker_lightning import watchdog
+from sagemaker_lightning import heartbeats, watchdog
 from sagemaker_lightning.plan import FR_BUFFER_SIZE, make_plan
 
 pytestmark = pytest.mark.unit
@@ -44,15 +48,15 @@ def test_the_training_timeout(given, steps, expected):
 
 def test_the_oldest_unfinished_collective_past_the_timeout_is_overdue():
     entries = [entry(5, 50, retired=True), entry(6, 12, retired=False), entry(7, 11, retired=False)]
-    assert watchdog.overdue(entries, int(NOW * 1e9), 10)["collective_seq_id"] == 6
-    assert watchdog.overdue(entries, int(NOW * 1e9), 12.5) is None  # none unfinished for that long
-    assert watchdog.overdue([entry(5, 50, retired=True)], int(NOW * 1e9), 10) is None  # finished long ago
+    assert heartbeats.overdue(entries, int(NOW * 1e9), 10)["collective_seq_id"] == 6
+    assert heartbeats.overdue(entries, int(NOW * 1e9), 12.5) is None  # none unfinished for that long
+    assert heartbeats.overdue([entry(5, 50, retired=True)], int(NOW * 1e9), 10) is None  # finished long ago
 
 
 def test_the_last_collective_entered_per_process_group():
     entries = [entry(56, 3, retired=True), entry(57, 2, retired=False), {**entry(9, 1, False), "is_p2p": True}]
     entries.append({**entry(4, 1, retired=True), "process_group": ["1", "mesh"]})
-    assert watchdog.last_entered(entries) == {"0": 57, "1": 4}  # a send or recv is not a collective
+    assert heartbeats.last_entered(entries) == {"0": 57, "1": 4}  # a send or recv is not a collective
 
 
 def test_the_held_up_ranks_are_those_that_never_entered_or_stopped_answering():
@@ -63,8 +67,8 @@ def test_the_held_up_ranks_are_those_that_never_entered_or_stopped_answering():
         3: record("algo-4", 11, last=57, age_s=30),  # entered it, then its heartbeat stopped
         4: None,  # never wrote one
     }
-    assert watchdog.absent(records, "0", 57, NOW, me=0) == [1, 3, 4]
-    assert watchdog.absent(records, None, None, NOW, me=0) == [3, 4]  # no flight recorder: the silent ones only
+    assert heartbeats.absent(records, "0", 57, NOW, me=0) == [1, 3, 4]
+    assert heartbeats.absent(records, None, None, NOW, me=0) == [3, 4]  # no flight recorder: the silent ones only
 
 
 def test_the_line_names_the_collective_the_ranks_their_hosts_and_what_they_do():
@@ -73,7 +77,7 @@ def test_the_line_names_the_collective_the_ranks_their_hosts_and_what_they_do():
         1: record("algo-2", 12, last=56, stack="training_step (model.py:40) < advance (loop.py:9)"),
         2: record("algo-3", 11, last=57, age_s=30),
     }
-    said = watchdog.line(entry(57, 25, retired=False), 20, 0, records, [1, 2], NOW)
+    said = heartbeats.line(entry(57, 25, retired=False), 20, 0, records, [1, 2], NOW)
     assert said == (
         "gloo:all_reduce #57 of process group default_pg did not finish within the training timeout of 20 s "
         "(training_timeout) on rank 0 (algo-1, step 12); rank 1 on algo-2 did not arrive: in training_step "
@@ -82,7 +86,7 @@ def test_the_line_names_the_collective_the_ranks_their_hosts_and_what_they_do():
         "network is gone"
     )
     # none held up (every rank entered it, none stopped): each rank's state instead, to compare
-    said = watchdog.line(None, 20, 0, {0: records[0], 1: record("algo-2", 12, 57, busy="writing last.ckpt")}, [], NOW)
+    said = heartbeats.line(None, 20, 0, {0: records[0], 1: record("algo-2", 12, 57, busy="writing last.ckpt")}, [], NOW)
     assert said.startswith("a collective (torch's flight recorder is off: TORCH_FR_BUFFER_SIZE) did not finish")
     assert said.endswith("rank 1 on algo-2: running at step 12, writing last.ckpt")
 
@@ -91,8 +95,8 @@ def test_a_stack_reads_innermost_first():
     def stuck():
         return traceback.extract_stack()
 
-    assert watchdog.where(stuck(), most=2).startswith("stuck (test_watchdog.py:")
-    assert " < test_a_stack_reads_innermost_first (test_watchdog.py:" in watchdog.where(stuck(), most=2)
+    assert heartbeats.where(stuck(), most=2).startswith("stuck (test_watchdog.py:")
+    assert " < test_a_stack_reads_innermost_first (test_watchdog.py:" in heartbeats.where(stuck(), most=2)
 
 
 def test_the_flight_recorder_is_on_for_sagemaker_jobs_unless_the_job_sets_it():
