@@ -35,6 +35,7 @@ except ImportError:  # torch 2.4 and 2.5 (the SMDDP flavors' base) keep FSDP2 un
     from torch.distributed._composable.fsdp import FSDPModule
 
 from sagemaker_lightning.checkpoints import sharded as layout
+from sagemaker_lightning.checkpoints.io import admitted
 from sagemaker_lightning.failure import UserError
 from sagemaker_lightning.flavor import attribute, made
 from sagemaker_lightning.lines import say
@@ -177,7 +178,11 @@ class FullyShardedStrategy:
     def load_checkpoint(self, checkpoint_path, weights_only=None) -> dict:
         path = Path(self.broadcast(str(checkpoint_path)))  # rank 0's choice (resume.ResumePoint)
         self._previous = path.name  # complete: kept beside the next save
-        return layout.load(self, path, lambda: super(FullyShardedStrategy, self).load_checkpoint(path, weights_only))
+        weights_only = weights_only is not False  # torch before 2.6 (the SMDDP flavors') loads any pickle by default
+        if path.is_dir():  # a sharded save, read so that nothing in it runs
+            return layout.load(self, path, weights_only)
+        with admitted(str(path)):  # a best checkpoint: one file
+            return super().load_checkpoint(path, weights_only)
 
 
 def sharded(strategy) -> bool:

@@ -1,10 +1,11 @@
 """Checkpoints, one home: what a restarted job resumes from, and the trained model it ends with.
 
   atomic.py   the one atomic write (a partial name, then a rename) and the one rule for keeping the previous save
-  io.py       how checkpoints are read (weights only, transient failures retried) and written (AtomicCheckpointIO)
+  io.py       how checkpoints are read (weights only, transient failures retried) and written (AtomicCheckpointIO);
+              the paths a checkpoint's own state may have read or deleted (inside checkpoint.dirpath)
   last.py     last.ckpt every N steps, at each epoch's end and on a stop (LastCheckpoint)
   resume.py   which checkpoint a job resumes from, chosen on global rank 0, single-file or sharded (ResumePoint)
-  sharded.py  fsdp's sharded saves: their layout, when one is complete, how one is written and read
+  sharded.py  fsdp's sharded saves: their layout, when one is complete, how one is written and read (nothing run)
   loader.py   a training loader that resumes mid-epoch (ResumableDataLoader, ResumableEpoch)
   export.py   model.pt and config.yaml in model_dir after fit (Export)
 

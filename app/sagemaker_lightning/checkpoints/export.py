@@ -4,6 +4,10 @@ final weights when no checkpoint was kept: under fsdp gathered from every rank's
 resolved configuration), then every rank waits for it: in local mode the job ends when the first container exits, and
 all hosts share one model directory. When rank 0 fails to write it, every rank fails at once, not after a timeout.
 
+The best checkpoint is read only inside checkpoint.dirpath (io.inside): its path comes from ModelCheckpoint's state,
+which a resumed checkpoint sets (last.confined drops paths elsewhere when the runtime resumes; this holds wherever a
+fit resumed from).
+
 model_dir is a local directory: its files are renamed into place, so model.pt is whole whenever it is there, which an
 object store cannot promise; on SageMaker it is SM_MODEL_DIR, which SageMaker packs and uploads to the job's output.
 
@@ -17,7 +21,7 @@ import torch
 
 from sagemaker_lightning import sharding
 from sagemaker_lightning.checkpoints.atomic import replacing
-from sagemaker_lightning.checkpoints.io import read
+from sagemaker_lightning.checkpoints.io import inside, read
 from sagemaker_lightning.failure import UserError
 from sagemaker_lightning.lines import say
 
@@ -31,6 +35,22 @@ def write(model_dir: str, state: dict, config_yaml: str) -> str:
             f.write(config_yaml)
         torch.save(state, model)
     return path
+
+
+def best_checkpoint(trainer) -> str:
+    """The best checkpoint's path, "" for none or one outside checkpoint.dirpath (said on global rank 0). The same on
+    every rank: under fsdp each gathers the final weights when there is none."""
+    callback = trainer.checkpoint_callback
+    best = callback.best_model_path if callback else ""
+    dirpath = getattr(callback, "dirpath", None)
+    if best and not (dirpath and inside(best, dirpath)):
+        if trainer.is_global_zero:
+            say(
+                f"model: not reading the best checkpoint {best}: it is outside checkpoint.dirpath {dirpath} "
+                "(a checkpoint's state named it); the final weights instead"
+            )
+        return ""
+    return best
 
 
 class Export:
@@ -49,7 +69,7 @@ class Export:
 
     def on_fit_end(self, trainer, pl_module):
         trainer.ckpt_path = None  # the resume applied to this fit; a later validate/test picks its own checkpoint
-        best = trainer.checkpoint_callback.best_model_path if trainer.checkpoint_callback else ""
+        best = best_checkpoint(trainer)
         # the final weights: under fsdp every rank gathers its shards, rank 0 gets the whole (sharding.py)
         final = sharding.full_state_dict(trainer.strategy, pl_module) if self.model_dir and not best else None
         failed = None

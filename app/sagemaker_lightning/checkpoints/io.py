@@ -1,12 +1,19 @@
-"""How checkpoints are read and written. Read: weights only, as Lightning reads them when it resumes (a checkpoint is
-a pickle, and whoever can write to the checkpoint location could otherwise run code in the job), on the CPU, a read
-that fails for a transient reason (S3 throttling, a timeout, a dropped connection) tried again, never taken for a
-corrupt file. Written: atomically (atomic.py), by AtomicCheckpointIO, the trainer's CheckpointIO plugin.
+"""How checkpoints are read and written. Read: weights only, here and where Lightning resumes (a checkpoint is a
+pickle, and whoever can write to the checkpoint location could otherwise run code in the job), pathlib's paths
+admitted (hyperparameters hold them) and a class torch does not admit named with its fix, on the CPU; a read that
+fails for a transient reason (S3 throttling, a timeout, a dropped connection) tried again. Neither is taken for a
+corrupt file. Written: atomically (atomic.py), by AtomicCheckpointIO, the trainer's CheckpointIO plugin. The paths a
+checkpoint's own state may have read or deleted: those `inside` checkpoint.dirpath.
 
     python -c "from sagemaker_lightning.checkpoints import io; print(io.read('ckpts/last.ckpt').keys())"
 """
 
+import contextlib
 import os
+import pathlib
+import pickle
+import posixpath
+import re
 import time
 import zipfile
 from collections.abc import Callable
@@ -23,7 +30,61 @@ from sagemaker_lightning.lines import say
 
 TRIES = 3  # reads of a checkpoint that fail for a transient reason, before the job fails naming the file
 RETRY_S = 2.0  # the wait before the second try, doubled before each next one
+# admitted by every weights-only load here: rebuilt from their parts, nothing run (hyperparameters often hold them)
+PATHS = [pathlib.PurePosixPath, pathlib.PureWindowsPath, pathlib.PosixPath, pathlib.WindowsPath]
+UNSUPPORTED = re.compile(r"Unsupported global: GLOBAL ([\w.]+)")  # torch's weights-only refusal of a global
+BLOCKED = re.compile(r"unsupported GLOBAL ([\w.]+) whose module \w+ is blocked")  # os, sys: refused even if admitted
+LOCAL = (None, "file", "local")  # fsspec's protocols of this machine's files
 T = TypeVar("T")
+
+
+class UnsafeGlobal(pickle.UnpicklingError):
+    """A pickle names a global that no checkpoint holds (a function of os, say): not loaded, nothing run."""
+
+
+def refusal(e: BaseException, url: str) -> Exception | None:
+    """What a weights-only load of `url` that failed on a global torch does not admit raises instead of torch's text
+    (several lines, terminal escapes, a hint to load any pickle), else None. Not "a corrupt file": a UserError for
+    what may be the project's own class (in hyper_parameters, say), with the fix; a global of a module torch blocks
+    (os, sys) is no project's: UnsafeGlobal, the file skipped as one that does not load (resume.py)."""
+    if not isinstance(e, pickle.UnpicklingError):
+        return None
+    if found := BLOCKED.search(str(e)):
+        return UnsafeGlobal(f"names {found[1]}, a global of a module torch never loads from a checkpoint")
+    if not (found := UNSUPPORTED.search(str(e))):
+        return None
+    name = found[1]
+    return UserError(
+        f"{url} names {name}, which a weights-only load (nothing in a checkpoint runs) does not admit: if {name} is "
+        f"the project's (in hyper_parameters, say), add torch.serialization.add_safe_globals([{name}]) to the "
+        f"project or keep it out of hyper_parameters; if the project has no {name}, the file is not its own"
+    )
+
+
+@contextlib.contextmanager
+def admitted(url: str):
+    """Weights-only loads of `url` inside: pathlib's paths admitted, a global torch does not admit named (refusal)."""
+    try:
+        with torch.serialization.safe_globals(PATHS):
+            yield
+    except pickle.UnpicklingError as e:
+        if (instead := refusal(e, url)) is None:
+            raise
+        raise instead from None
+
+
+def inside(path: str, dirpath: str) -> bool:
+    """Whether `path` names something in `dirpath` (each a path or an fsspec URL), not `dirpath` itself: local paths
+    resolved (`..`, symbolic links), a URL's protocol and bucket/key compared once normalised."""
+    (protocol, where), (home_protocol, home) = (fsspec.core.split_protocol(str(p)) for p in (path, dirpath))
+    local = protocol in LOCAL
+    if not path or local != (home_protocol in LOCAL) or (not local and protocol != home_protocol):
+        return False
+    if local:
+        where, home = os.path.realpath(where), os.path.realpath(home)
+    else:
+        where, home = posixpath.normpath(f"/{where}"), posixpath.normpath(f"/{home}")
+    return where != home and posixpath.commonpath([where, home]) == home
 
 
 def retried(read: Callable[[], T], url: str) -> T:
@@ -53,11 +114,12 @@ def read(url: str):
     fs, path = fsspec.core.url_to_fs(url)
 
     def load():
-        if isinstance(fs, fsspec.implementations.local.LocalFileSystem):
-            # a complete file in torch.save's zip format is mapped, its tensors not read
-            return torch.load(path, map_location="cpu", mmap=zipfile.is_zipfile(path), weights_only=True)
-        with fs.open(path, "rb") as f:
-            return torch.load(f, map_location="cpu", weights_only=True)
+        with admitted(url):
+            if isinstance(fs, fsspec.implementations.local.LocalFileSystem):
+                # a complete file in torch.save's zip format is mapped, its tensors not read
+                return torch.load(path, map_location="cpu", mmap=zipfile.is_zipfile(path), weights_only=True)
+            with fs.open(path, "rb") as f:
+                return torch.load(f, map_location="cpu", weights_only=True)
 
     return retried(load, url)
 
@@ -65,7 +127,9 @@ def read(url: str):
 class AtomicCheckpointIO:
     """Each checkpoint goes to a partial name first and is renamed when complete (atomic.replacing; remote paths are
     written as Lightning writes them). A read that fails for a transient reason is tried again (retried); the
-    checkpoint a job resumes from is the one global rank 0 chose (`resume_point`: resume.ResumePoint)."""
+    checkpoint a job resumes from is the one global rank 0 chose (`resume_point`: resume.ResumePoint), read weights
+    only unless weights_only=False is asked (before torch 2.6, the SMDDP flavors' torch, its default loads any
+    pickle)."""
 
     BASE = "plugins.io.TorchCheckpointIO"
 
@@ -73,10 +137,15 @@ class AtomicCheckpointIO:
         super().__init__()
         self.resume_point = resume_point
 
-    def load_checkpoint(self, path, *args, **kwargs):
+    def load_checkpoint(self, path, *args, weights_only=None, **kwargs):
         path = self.resume_point.choose(path) if self.resume_point else path
         load = super().load_checkpoint
-        return retried(lambda: load(path, *args, **kwargs), str(path))
+        weights_only = weights_only is not False
+        try:
+            with admitted(str(path)):
+                return retried(lambda: load(path, *args, weights_only=weights_only, **kwargs), str(path))
+        except pickle.UnpicklingError as e:  # chosen when it loaded (resume.py): replaced since, or given as ckpt_path
+            raise UserError(f"cannot load {path}: {type(e).__name__}: {e}; delete it, or give another") from None
 
     def save_checkpoint(self, checkpoint, path, storage_options=None):
         path = str(path)
