@@ -154,6 +154,7 @@ def test_every_rank_loads_the_checkpoint_rank_0_chose(ranks):
 def test_rank_0s_export_failing_fails_every_rank_at_once_naming_it(ranks):
     (code_0, lines_0, failed_at, _), (code_1, lines_1, _, ended_1) = ranks[1][0], ranks[1][1]
     assert code_0 == 1 and len(lines_0) == 1 and FULL in lines_0[0], lines_0
+    assert "could not write the model to model_dir=" in lines_0[0]  # what failed, not only the OSError
     assert code_1 == 1 and len(lines_1) == 1, lines_1
     assert "global rank 0 could not write the model to model_dir" in lines_1[0] and FULL in lines_1[0]
     # at once: rank 1 learns it from rank 0's answer, not from the collective's timeout

@@ -83,6 +83,9 @@ class Export:
         # every rank waits here for rank 0's export, and learns whether it failed
         outcome = trainer.strategy.broadcast(failed and f"{type(failed).__name__}: {failed}", src=0)
         if failed is not None:
-            raise failed
+            raise UserError(
+                f"could not write the model to model_dir={self.model_dir} ({type(failed).__name__}: {failed}); free "
+                "space there or point model_dir elsewhere"
+            ) from failed
         if outcome:
             raise UserError(f"global rank 0 could not write the model to model_dir ({outcome}); its log says more")
