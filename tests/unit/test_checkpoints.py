@@ -127,3 +127,36 @@ def test_a_read_that_fails_for_a_transient_reason_is_tried_again_not_skipped(tmp
     failures[:] = [MemoryError()]
     with pytest.raises(MemoryError):
         resume.resume_path(str(tmp_path))
+
+
+class Learning(BoringModel):
+    """A validation loss that falls each epoch: each epoch's checkpoint replaces the one before as the best."""
+
+    def validation_step(self, batch, batch_idx):
+        self.log("loss", -float(self.current_epoch))
+
+
+def test_last_ckpt_at_an_epochs_end_holds_that_epochs_top_k_update(tmp_path):
+    """Validation once an epoch: ModelCheckpoint updates its top k in on_train_epoch_end, which Lightning calls after
+    every other callback's; last.ckpt, saved there too, must hold the update (a run resumed from it forgot its best:
+    it exported the final weights, and kept the file the best should have replaced)."""
+    model_checkpoint = pytorch_lightning.callbacks.ModelCheckpoint(dirpath=str(tmp_path), monitor="loss", save_top_k=1)
+    last = made(last_checkpoint.LastCheckpoint, pytorch_lightning)(0, model_checkpoint)
+    trainer = pytorch_lightning.Trainer(
+        max_epochs=2,
+        limit_train_batches=2,
+        limit_val_batches=1,
+        num_sanity_val_steps=0,
+        callbacks=[model_checkpoint, last],
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
+    trainer.fit(Learning())
+    saved = torch.load(tmp_path / "last.ckpt", weights_only=False)["callbacks"][model_checkpoint.state_key]
+    assert (
+        os.path.basename(saved["best_model_path"])
+        == "epoch=1-step=4.ckpt"
+        == os.path.basename(model_checkpoint.best_model_path)
+    )
+    assert list(saved["best_k_models"]) == list(model_checkpoint.best_k_models)

@@ -14,6 +14,7 @@ checkpoint location cannot steer a delete or a read elsewhere.
     python app/example/train.py ... --checkpoint.dirpath ckpts --last_checkpoint_every_n_steps 50
 """
 
+import functools
 import os
 import time
 
@@ -109,6 +110,23 @@ class LastCheckpoint:
         # last among the callbacks, after every ModelCheckpoint: its on_validation_end must see their new best. A new
         # list, not an in-place move: Lightning is iterating over the old one to call this hook
         trainer.callbacks = [c for c in trainer.callbacks if c is not self] + [self]
+        # a ModelCheckpoint's top-k update at an epoch's end (validation once an epoch) comes after this callback's
+        # on_train_epoch_end: Lightning calls "monitoring" callbacks' hooks after every other's. The last.ckpt saved
+        # there did not hold it: a run resumed from it forgot the best checkpoint (it exported the final weights, and
+        # kept the file the best should have replaced). Its hook, then this save where it changed the state
+        model_checkpoint = attribute(self.pl, "callbacks.ModelCheckpoint")
+        for callback in (c for c in trainer.callbacks if isinstance(c, model_checkpoint)):
+            hook = type(callback).on_train_epoch_end.__get__(callback)  # the class's: a second fit wraps it once
+            callback.on_train_epoch_end = functools.partial(self._top_k_then_save, callback, hook)
+
+    def _top_k_then_save(self, callback, hook, trainer, pl_module):
+        chosen = (callback.best_model_path, list(callback.best_k_models))
+        hook(trainer, pl_module)
+        if trainer.global_step == self._saved_step and chosen != (
+            callback.best_model_path,
+            list(callback.best_k_models),
+        ):
+            self.save(trainer)
 
     def on_validation_end(self, trainer, pl_module):
         # saved at this step before this validation: that last.ckpt names the best checkpoint as it was, which
