@@ -433,6 +433,11 @@ def resumed(output: str) -> str | None:
     return found and found[1]
 
 
+def top_k(folder: str) -> list[str]:
+    """ModelCheckpoint's files in `folder` (epoch=E-step=S.ckpt)."""
+    return sorted(n for n in os.listdir(folder) if n.startswith("epoch="))
+
+
 # Real SIGKILLs, one run after another on the same checkpoint directory, each run resuming from what the one before
 # left: (the save it resumes from, where it is killed: KillRank's arguments)
 KILLS = [
@@ -455,10 +460,13 @@ def test_real_sigkills_at_an_epochs_edges_and_inside_the_writes(
     batch, inside last.ckpt's write before its rename, and between the export's two renames. Each rerun resumes from
     the newest complete save (a write cut short leaves the one before it, and its hidden partial file, which a later
     save replaces); the export cut short leaves config.yaml but no model.pt; the last rerun ends at the uninterrupted
-    run's step with the same weights, and nothing partial is left."""
+    run's step with the same weights, its model.pt holds the uninterrupted run's, tensor for tensor, from the same
+    best checkpoint, and nothing partial is left. The uninterrupted run has preflight=off: no pre-flight line on any
+    host, and it trains and exports all the same, to the weights of the chain, which runs pre-flight."""
     data, hps = {"training": archive_dir}, {**tiny, **pipeline, **EPOCHS, "dist_timeout": 60}
-    uninterrupted = run_hosts(hosts, hps, data)
+    uninterrupted = run_hosts(hosts, {**hps, "preflight": "off"}, data)
     assert all(h.returncode == 0 for h in uninterrupted), uninterrupted[0].output[-3000:]
+    assert not [h for h in uninterrupted if "pre-flight" in h.output], uninterrupted[0].output[-3000:]
     expected = final(uninterrupted[0].output)
     assert expected[1] == 6
 
@@ -476,6 +484,15 @@ def test_real_sigkills_at_an_epochs_edges_and_inside_the_writes(
     assert resumed(rerun[0].output) == "epoch 1 step 6"
     assert final(rerun[0].output) == expected and all(final(h.output) == expected for h in rerun)
     assert sorted(os.listdir(rerun[0].path("model"))) == ["config.yaml", "model.pt"]
+    exported, reference = (
+        torch.load(h.path("model", "model.pt"), weights_only=True) for h in (rerun[0], uninterrupted[0])
+    )
+    sources = re.findall(r"^model: \S+ from .*", uninterrupted[0].output + rerun[0].output, re.M)  # for a failure
+    assert exported.keys() == reference.keys(), sources
+    assert all(torch.equal(exported[k], reference[k]) for k in reference), sources
+    # the same best checkpoint (save_top_k=1), and none a resumed run forgot it had to replace
+    assert top_k(checkpoints) == top_k(uninterrupted[0].path("checkpoints"))
+    assert "pre-flight: " in rerun[0].output  # the chain ran it
     assert not [n for n in os.listdir(checkpoints) if n.endswith(".partial")]
 
 

@@ -1,14 +1,24 @@
 """Pre-flight's pure parts: the instance table and its figures, busbw, the device and EFA findings from a fake sysfs
-and environment, the slow-host rule and the verdict every rank reaches from the gathered findings."""
+and environment, the slow-host rule and the verdict every rank reaches from the gathered findings; then pre-flight
+itself on two real gloo processes: one verdict on every rank, the hosts it names, and preflight=off.
 
+    .venv/bin/pytest tests/unit/test_preflight.py
+"""
+
+import datetime
+import json
 import os
+import re
 from types import SimpleNamespace
 
 import pytest
 import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
 
-from sagemaker_lightning import instances
+from sagemaker_lightning import instances, preflight
 from sagemaker_lightning.efa import findings as efa_findings
+from sagemaker_lightning.failure import UserError
 from sagemaker_lightning.network import network_env
 from sagemaker_lightning.plan import make_plan
 from sagemaker_lightning.preflight import (
@@ -221,3 +231,126 @@ def test_the_line_says_what_was_measured_and_its_cost():
     )
     alone = summary(findings, None, 1, 1, "unknown", 0.01)
     assert alone.startswith("pre-flight: 1 host × 1 process; no bandwidth probe (one process); devices: cpu")
+
+
+# ---- on two real processes: what each rank concludes -----------------------------------------------------------------
+
+HOSTS = ["algo-1", "algo-10"]  # one process each; the first name is a prefix of the second, as on a job of 10 hosts
+COLLECTIVES = ("all_gather_object", "broadcast_object_list", "all_reduce", "send", "recv")  # pre-flight's, counted
+MISSING_GPU = {1: torch.cuda.device_count() + 1}  # SM_NUM_GPUS by rank: rank 1's host lacks a GPU it should have
+CASES = {  # case: (preflight, preflight_min_busbw, SM_NUM_GPUS by rank); the floor is one no network reaches
+    "warn": ("warn", 1e6, {}),
+    "fail": ("fail", 1e6, {}),
+    "off": ("off", 1e6, MISSING_GPU),  # nothing runs: not even the device check
+    "devices": ("warn", None, MISSING_GPU),  # last: a mutation that fails one rank only leaves the other waiting
+}
+
+
+def counted(name: str, collective, called: list):
+    """`collective`, its name appended to `called` at each call."""
+
+    def call(*args, **kwargs):
+        called.append(name)
+        return collective(*args, **kwargs)
+
+    return call
+
+
+def judging(rank: int, port: int, out) -> None:
+    """One rank of a job on HOSTS: pre-flight in each of CASES; its outcome in each, as
+    (its failure line or None, the lines it printed, the collectives it called), to `out`. Rank 1 times its all-reduces
+    at half rank 0's bandwidth, as two hosts' clocks differ: only rank 0's figures may reach a verdict."""
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=2, timeout=datetime.timedelta(seconds=20))
+    called, said = [], []
+    for name in COLLECTIVES:
+        setattr(dist, name, counted(name, getattr(dist, name), called))
+    preflight.say = said.append
+    timed = preflight.allreduce_busbw
+    preflight.allreduce_busbw = lambda size_bytes, device: timed(size_bytes, device) / (1 + rank)
+    trainer = SimpleNamespace(
+        world_size=2,
+        global_rank=rank,
+        is_global_zero=rank == 0,
+        strategy=SimpleNamespace(root_device=torch.device("cpu")),
+    )
+    outcomes = {}
+    for case, (mode, min_busbw, gpus) in CASES.items():
+        env = {"SM_HOSTS": json.dumps(HOSTS), "SM_CURRENT_HOST": HOSTS[rank], "SM_NUM_GPUS": str(gpus.get(rank, 0))}
+        check = preflight.Preflight(make_plan(env, {"eth0"}), mode, min_busbw)
+        called.clear()
+        said.clear()
+        try:
+            check.setup(trainer, None, "fit")
+            failed = None
+        except UserError as e:
+            failed = str(e)
+        except Exception as e:  # a collective the other rank never joined, after the timeout: reported, not a hang
+            failed = repr(e)
+        outcomes[case] = (failed, list(said), list(called))
+    out.put((rank, outcomes))
+    dist.destroy_process_group()
+
+
+def named_hosts(line: str) -> list[str]:
+    """The hosts a bandwidth line names, each whole."""
+    return re.search(r" on hosts (.+?): ", line)[1].split(", ")
+
+
+def figure(line: str) -> str:
+    return re.search(r"all-reduce busbw ([\d.]+ GB/s at \d+ MiB)", line)[1]
+
+
+def test_every_rank_reaches_rank_0s_verdict_and_preflight_off_runs_nothing(free_port):
+    """Pre-flight on two gloo processes, on hosts whose names are each other's prefix. warn: both go on; rank 0
+    alone prints the line, with its point-to-point figure for the other host only, and the warning naming both hosts
+    whole. fail: both raise the same line, with rank 0's figure, though rank 1 timed its own slower. A device problem
+    on rank 1 alone: both raise its line, naming its host and rank. off: no line and no collective, on either rank,
+    even with that device problem."""
+    port = free_port()
+    context = mp.get_context("spawn")  # a fresh interpreter: the parent's threads and torch state stay out
+    out = context.Queue()
+    procs = [context.Process(target=judging, args=(rank, port, out)) for rank in range(2)]
+    for p in procs:
+        p.start()
+    results = dict(out.get(timeout=120) for _ in procs)
+    for p in procs:
+        p.join(timeout=30)
+        assert p.exitcode == 0
+    first, second = results[0], results[1]
+
+    (failed, said, called), later = first["warn"], second["warn"]
+    assert failed is None and later[:2] == (None, [])
+    line, warning = said
+    parts = line.split("; ")
+    assert parts[0] == "pre-flight: 2 hosts × 1 process", line
+    (p2p,) = [p.removeprefix("p2p to ") for p in parts if p.startswith("p2p to ")]
+    assert [re.fullmatch(r"(\S+) [\d.]+ GB/s", p)[1] for p in p2p.split(", ")] == ["algo-10"], line
+    assert (
+        warning.startswith("pre-flight warning: pre-flight bandwidth check on hosts ") and named_hosts(warning) == HOSTS
+    )
+    assert set(called) == set(later[2]) == set(COLLECTIVES)  # the findings gathered, rank 0's figures broadcast
+
+    assert first["fail"][0] is not None and first["fail"][0] == second["fail"][0]
+    assert named_hosts(first["fail"][0]) == HOSTS
+    assert figure(first["fail"][0]) == figure(first["fail"][1][0])  # the figure rank 0 printed
+    assert second["fail"][1] == []  # rank 0's line only
+
+    expected = (
+        f"pre-flight devices check failed on host algo-10 (rank 1): torch sees {torch.cuda.device_count()} GPU(s) but "
+        f"SM_NUM_GPUS={MISSING_GPU[1]}; {preflight.FIX['devices']}"
+    )
+    assert first["devices"][:2] == second["devices"][:2] == (expected, [])
+
+    assert first["off"] == second["off"] == (None, [], [])
+
+
+def test_preflight_off_reaches_the_check_from_the_settings():
+    """cli.py builds pre-flight with callbacks(): the setting's value is the check's mode."""
+    import pytorch_lightning  # here, not at the top: the processes above import this file, and need no Lightning
+
+    env = {"SM_HOSTS": json.dumps(HOSTS), "SM_CURRENT_HOST": "algo-1"}
+    (check,) = preflight.callbacks(
+        pytorch_lightning, make_plan(env, {"eth0"}), {"preflight": "off", "preflight_min_busbw": 5}
+    )
+    assert (check.mode, check.min_busbw) == ("off", 5)
