@@ -88,6 +88,7 @@ class FullyShardedStrategy:
         self.cluster_environment = cluster_environment
         self._buffers: list[torch.Tensor] = []
         self._previous: str | None = None  # the newest complete save in last.ckpt/ this run wrote or resumed from
+        self._before: str | None = None  # the complete save of an earlier step than _previous's, this run's
 
     def setup_environment(self) -> None:
         # Lightning's data_parallel × tensor_parallel mesh, all data-parallel; the sharding mesh is made in setup()
@@ -173,11 +174,16 @@ class FullyShardedStrategy:
     def save_checkpoint(self, checkpoint: dict, filepath, storage_options=None) -> None:
         if not self._save_distributed_checkpoint:
             return super().save_checkpoint(checkpoint, filepath, storage_options)  # one file, written by rank 0
-        self._previous = layout.save(self, checkpoint, Path(filepath), self._previous)
+        # a second save at a step (last.ckpt saved again once ModelCheckpoint updated its state) replaces that step's:
+        # the save of the step before stays beside it (it went, and a save cut short would have left nothing older)
+        again = self._previous is not None and layout.step(self._previous) == checkpoint["global_step"]
+        if not again:
+            self._before = self._previous
+        self._previous = layout.save(self, checkpoint, Path(filepath), self._before if again else self._previous)
 
     def load_checkpoint(self, checkpoint_path, weights_only=None) -> dict:
         path = Path(self.broadcast(str(checkpoint_path)))  # rank 0's choice (resume.ResumePoint)
-        self._previous = path.name  # complete: kept beside the next save
+        self._previous, self._before = path.name, None  # complete: kept beside the next save
         weights_only = weights_only is not False  # torch before 2.6 (the SMDDP flavors') loads any pickle by default
         if path.is_dir():  # a sharded save, read so that nothing in it runs
             return layout.load(self, path, weights_only)

@@ -291,3 +291,20 @@ def test_a_lightning_pytorch_project_trains_resumes_and_exports_under_fsdp(tmp_p
         "layer.weight": (torch.Tensor, (2, 32)),
         "layer.bias": (torch.Tensor, (2,)),
     }
+
+
+def test_a_second_save_at_a_step_replaces_that_steps_save_not_the_one_before(tmp_path):
+    """At an epoch's end last.ckpt is saved, then saved again once ModelCheckpoint has updated its state; under fsdp
+    the second save replaces the first, and the save of the step before stays (two saves of one step were kept, the
+    older step's pruned: nothing to fall back on if the newest came back from S3 incomplete)."""
+    from lightning.pytorch.demos.boring_classes import BoringDataModule, BoringModel
+
+    from sagemaker_lightning import LightningCLI
+
+    args = ["fit", "--trainer.strategy=fsdp", "--trainer.accelerator=cpu", "--trainer.devices=1"]
+    args += ["--trainer.max_epochs=2", "--trainer.limit_train_batches=2", "--trainer.limit_val_batches=1"]
+    args += ["--trainer.logger=false", "--trainer.enable_progress_bar=false", "--trainer.num_sanity_val_steps=0"]
+    args += [f"--checkpoint.dirpath={tmp_path}", "--last_checkpoint_every_n_steps=0"]
+    LightningCLI(BoringModel, BoringDataModule, args=args, save_config_callback=None)
+    saves = sorted(os.listdir(tmp_path / "last.ckpt"))
+    assert [n[:14] for n in saves] == ["step-000000002", "step-000000004"], saves

@@ -149,6 +149,12 @@ def refuse_sharded(dirpath: str) -> None:
         )
 
 
+def step(name: str) -> int | None:
+    """The global step of the save named `name` (SAVE); None for another name (a whole-file checkpoint's)."""
+    found = SAVE.fullmatch(name)
+    return int(found[1]) if found else None
+
+
 def save(strategy, checkpoint: dict, root: Path, previous: str | None) -> str:
     """Every rank calls it: a new save in `root` (last.ckpt/), each rank writing its shards; once it is complete on
     every host, the saves before `previous` (the complete one before this, written or resumed from by this run) and
