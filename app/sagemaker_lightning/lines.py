@@ -37,9 +37,14 @@ def say(line: str) -> None:
     sys.stdout.flush()
 
 
-def progress(epoch: int, step: int, total, loss: float, images_per_s: float, eta, spread: str) -> str:
-    """A training progress line; `spread`: the hosts' words (stragglers.words), '' without them."""
-    return f"epoch {epoch} step {step}/{total}: train/loss={loss:.4f} images/s={images_per_s:.1f} eta={eta}{spread}"
+def progress(
+    epoch: int, step: int, total, loss: float | None, per_s: float, eta, spread: str, counted: str = "images"
+) -> str:
+    """A training progress line; `loss`: None leaves train/loss out (a step that returned none); `counted`: what
+    `per_s` counts, "images" or "batches" (a batch with no tensor); `spread`: the hosts' words (stragglers.words), ''
+    without them."""
+    shown = f"train/loss={loss:.4f} " if loss is not None else ""
+    return f"epoch {epoch} step {step}/{total}: {shown}{counted}/s={per_s:.1f} eta={eta}{spread}"
 
 
 def validation(epoch: int, step: int, metrics: dict[str, float]) -> str:

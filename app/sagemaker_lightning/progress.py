@@ -5,10 +5,12 @@ a Callback of the project's Lightning package (flavor.made).
     python app/example/train.py ... | cat          # no terminal: progress lines (first step, every 30 s, every log_every_n_steps)
 """
 
+import dataclasses
 import datetime
 import hashlib
 import sys
 import time
+from collections.abc import Mapping
 
 import torch
 from torch.distributed.tensor import DTensor
@@ -28,6 +30,28 @@ def weights_digest(module: torch.nn.Module) -> str:
             tensor = tensor.full_tensor()
         h.update(tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
     return h.hexdigest()[:16]
+
+
+def batch_size(batch) -> int | None:
+    """The first dimension of the first tensor in `batch`, depth first through dicts, lists, tuples and dataclasses;
+    None where there is none (a batch of a type no walk knows: a graph library's, strings)."""
+    if isinstance(batch, torch.Tensor):
+        return len(batch) if batch.ndim else None
+    if dataclasses.is_dataclass(batch) and not isinstance(batch, type):
+        batch = [getattr(batch, field.name) for field in dataclasses.fields(batch)]
+    elif isinstance(batch, Mapping):
+        batch = batch.values()
+    elif not isinstance(batch, list | tuple):
+        return None
+    return next((n for n in map(batch_size, batch) if n is not None), None)
+
+
+def loss(outputs) -> float | None:
+    """The loss a training step returned (Lightning's outputs: a tensor, or a dict's "loss"), or None: a step that
+    returned None (a skipped batch), manual optimization's step that returned no loss."""
+    if isinstance(outputs, Mapping):
+        outputs = outputs.get("loss")
+    return outputs.item() if isinstance(outputs, torch.Tensor) and outputs.numel() == 1 else None
 
 
 class RankReport:
@@ -58,7 +82,8 @@ class LogLines:
     instead of carriage-return progress bars: after the first step (its rate includes the first step's one-off
     work), then every trainer.log_every_n_steps steps and whenever `every_s` seconds have passed since the last line,
     so that a log never stays silent for long, whatever the run's length (a single step longer than that: a line per
-    step)."""
+    step). Images are each batch's first dimension (batch_size), batches/s in their place where a batch has no
+    tensor; train/loss only where the step returned one (loss)."""
 
     BASE = "callbacks.Callback"
 
@@ -79,13 +104,15 @@ class LogLines:
         if not (step == self._first or (n and step % n == 0) or now - then >= self.every_s):
             return
         self._since = (now, step)
-        seconds_per_step = (now - then) / (step - then_step)
-        images = len(batch[0]) * trainer.world_size  # every rank's batch has this size (full batches only)
+        seconds_per_step = max(now - then, 1e-9) / (step - then_step)  # a coarse clock may not move in a step
+        size = batch_size(batch)
+        counted, size = ("images", size) if size is not None else ("batches", 1)
+        per_step = size * trainer.world_size  # every rank's batch has this size (full batches only)
         total = trainer.estimated_stepping_batches
         eta = datetime.timedelta(seconds=round((total - step) * seconds_per_step)) if total != float("inf") else "?"
-        loss = outputs["loss"].item()
         spread = self.hosts.spread if self.hosts else ""
-        say(lines.progress(trainer.current_epoch, step, total, loss, images / seconds_per_step, eta, spread))
+        epoch, rate = trainer.current_epoch, per_step / seconds_per_step
+        say(lines.progress(epoch, step, total, loss(outputs), rate, eta, spread, counted))
 
 
 def callbacks(pl, plan, hosts=None) -> list:

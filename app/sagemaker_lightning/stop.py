@@ -1,25 +1,38 @@
 """Every rank stops at the same step on SIGTERM, whichever host it reached first (StopTogether); how a stop reaches
 the training processes at all: signals.py. docs/reliability.md records why Lightning's own handler is replaced.
 
-    python -m pytest tests/unit/test_per_step.py     # two real gloo processes, signalled at different steps
+    python -m pytest tests/unit/test_per_step.py     # two real gloo processes, signalled at different steps and in
+                                                     # validations of different lengths
 """
 
+import itertools
 import time
 
 import torch
 
 from sagemaker_lightning import flavor
 
+STOP, DONE = "stop", "done"  # a validation's decision: every rank stops in it; every rank ran its last batch
+PREFIX = "sagemaker_lightning/stop/"  # the validations' keys in the job's store
+_validations = itertools.count()  # every rank runs the same validations, in each fit of the process: their number
+# names each one's keys
+
 
 class StopTogether:
     """Every rank stops at the same step when SIGTERM reaches the hosts at different moments: Lightning's handler is
     replaced by one that only notes the signal, and the ranks agree (any rank signalled → all stop) in one all-reduce
-    at agreed steps about AGREE_EVERY_S of training apart, and after each validation batch. Why, and what it costs:
-    docs/reliability.md, "The stop agreement". A lone process stops as Lightning stops it."""
+    at agreed steps about AGREE_EVERY_S of training apart, and at the end of each validation. In a validation, whose
+    ranks may run different numbers of batches (an IterableDataset, a loader of the project's own), no collective
+    could pair: the job's store decides each validation once (STOP or DONE, the first written wins), and a rank
+    looks at it about every LOOK_EVERY_S. Why, and what it costs: docs/reliability.md, "The stop agreement". A lone
+    process stops as Lightning stops it."""
 
     BASE = "callbacks.Callback"
     AGREE_EVERY_S = 0.25  # seconds of training steps from one agreement to the next: a stop's delay at most
     MOST_STEPS = 100  # between two agreements: a pace that drops after one (a data stall) delays a stop so many steps
+    LOOK_EVERY_S = 0.25  # between a validating rank's looks at the store, and at most between a waiting rank's
+    FIRST_WAIT_S = 0.001  # a waiting rank looks again after this, then after twice as long each time: it waits for
+    # its peers at most about as long again
     clock = staticmethod(time.monotonic)
 
     def setup(self, trainer, pl_module, stage):
@@ -67,8 +80,50 @@ class StopTogether:
         connector.received_sigterm = signalled > 0
         return max(proposals // trainer.world_size, 1)
 
+    def on_validation_start(self, trainer, pl_module):
+        if self.pending is not None:
+            self.key, self.arrived, self.looked = f"{PREFIX}{next(_validations)}", False, self.clock()
+            self.store = torch.distributed.distributed_c10d._get_default_store()  # torch's own: its rendezvous's
+
     def on_validation_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0):
-        self.agree(trainer)  # Lightning's evaluation loop stops after this batch once received_sigterm is set
+        if self.pending is None:
+            return
+        if trainer._evaluation_loop.batch_progress.is_last_batch:
+            self._arrive(trainer)
+        elif self.pending or self.clock() - self.looked >= self.LOOK_EVERY_S:
+            self.looked = self.clock()
+            # the first signalled rank decides STOP; a DONE (every rank past its last batch) comes too late for it
+            said = self.store.compare_set(self.key, "", STOP) if self.pending else self._said()
+            # Lightning's evaluation loop stops after this batch once received_sigterm is set
+            trainer._signal_connector.received_sigterm |= said == STOP.encode()
+
+    def on_validation_epoch_end(self, trainer, pl_module):
+        if self.pending is not None and not self.arrived:  # a step that takes the loader's iterator: no last batch
+            self._arrive(trainer)
+
+    def on_validation_end(self, trainer, pl_module):
+        self.agree(trainer)  # DONE: every rank is here; a signal since is agreed on at once
+
+    def _said(self) -> bytes:
+        return self.store.get(self.key) if self.store.check([self.key]) else b""
+
+    def _arrive(self, trainer) -> None:
+        """This rank ran its validation's last batch: it waits until every rank has (DONE) or a rank is signalled
+        (STOP: then every rank stops in the validation, this one here, where a peer still validating stops too, after
+        its batch); a peer that never arrives, for the store's timeout (then DONE: the next collective names it)."""
+        self.arrived, wait = True, self.FIRST_WAIT_S
+        if self.store.add(self.key + "/arrived", 1) == trainer.world_size:
+            self.store.compare_set(self.key, "", DONE)
+        deadline = self.clock() + self.store.timeout.total_seconds()
+        while not self.store.check([self.key]):
+            if self.pending or self.clock() > deadline:
+                self.store.compare_set(self.key, "", STOP if self.pending else DONE)
+            else:
+                time.sleep(wait)
+                wait = min(2 * wait, self.LOOK_EVERY_S)
+        if self.store.get(self.key) == STOP.encode():
+            trainer._signal_connector.received_sigterm = True
+            raise flavor.attribute(self.pl, "utilities.exceptions.SIGTERMException")  # Lightning's own stops not here
 
 
 def callbacks(pl, plan) -> list:

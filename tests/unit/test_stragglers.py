@@ -1,8 +1,15 @@
-"""The straggler arithmetic: arrival times of the same collectives on each rank → the host the others wait for."""
+"""The straggler arithmetic: arrival times of the same collectives on each rank → the host the others wait for; and
+the watchdog's warning that names it, at most once in WARN_EVERY_S for a host.
+
+    .venv/bin/pytest tests/unit/test_stragglers.py
+"""
+
+import time
 
 import pytest
+import pytorch_lightning
 
-from sagemaker_lightning import stragglers
+from sagemaker_lightning import flavor, stragglers, watchdog
 
 pytestmark = pytest.mark.unit
 
@@ -41,3 +48,32 @@ def test_no_spread_without_two_hosts_or_common_collectives():
     few = {r: {f"0:{i}": i * S for i in range(stragglers.FEWEST - 1)} for r in range(2)}
     assert stragglers.lateness(few) == ({}, 0.0)  # too few to tell
     assert stragglers.words(None) == ""
+
+
+def heartbeats(straggler: int) -> dict[int, dict]:
+    """Three hosts' heartbeats, fresh, over 16 steps of 2 s; rank `straggler` enters each collective 1 s late."""
+    return {
+        r: {"host": f"algo-{r + 1}", "t": time.time(), "arrived": {f"0:{i}": (10 + 2 * i + (r == straggler)) * S for i in range(16)}}
+        for r in range(3)
+    }  # fmt: skip
+
+
+def test_a_straggler_is_named_at_most_once_in_warn_every_s(capsys):
+    """Rank 0's watchdog compares the heartbeats every PERIOD_S: a host that straggles throughout is named at once,
+    then once every WARN_EVERY_S of the watchdog's clock, not at each comparison; another host that becomes the
+    straggler is named at once. The spread for the progress line is there at every comparison."""
+    dog = flavor.made(watchdog.Watchdog, pytorch_lightning)(None, 600.0, "algo-1", None)
+    dog.warned, now = {}, [0.0]
+    dog.clock = lambda: now[0]
+    warned, period = [], watchdog.PERIOD_S
+    for straggler, start in ((1, 0.0), (2, 1000.0)):  # algo-2 straggles for 1000 s, then algo-3
+        records = heartbeats(straggler)
+        for now[0] in (start + period * i for i in range(int(1000 / period))):
+            dog._compare(records, time.time())
+            assert dog.spread.startswith(f" hosts: slowest algo-{straggler + 1} ")
+            said = capsys.readouterr().out
+            warned += [(now[0], line.split()[2]) for line in said.splitlines() if "is a straggler" in line]
+    every = stragglers.WARN_EVERY_S
+    assert warned == [(0.0, "algo-2"), (every, "algo-2"), (2 * every, "algo-2"), (3 * every, "algo-2"),
+                      (1000.0, "algo-3"), (1000 + every, "algo-3"), (1000 + 2 * every, "algo-3"),
+                      (1000 + 3 * every, "algo-3")]  # fmt: skip
