@@ -118,7 +118,9 @@ def test_two_hosts_train_as_one_job(run_hosts, archive_dir, tiny):
         re.M,
     )
     assert line, first.output[-3000:]
-    assert "p2p to 127.0.0.1 " in line[0] and "EFA: not on this instance type" in line[0] and "devices: cpu" in line[0]
+    peers = re.search(r"; p2p to (.+?); devices", line[0])[1].split(", ")  # "HOST N GB/s" each, the name exactly
+    assert [p.rsplit(" ", 2)[0] for p in peers] == ["127.0.0.1"], line[0]
+    assert "EFA: not on this instance type" in line[0] and "devices: cpu" in line[0]
     assert first.output.index(line[0]) < first.output.index("epoch 0 step 1/")
     assert float(line[1]) > 0 and float(line[2]) < 10, line[0]
     print(line[0])  # the measured cost, with -s
@@ -138,6 +140,7 @@ def test_a_bandwidth_floor_above_the_network_fails_both_hosts_in_one_line(run_ho
         assert "Traceback" not in host.output
         assert os.listdir(host.path("model")) == []
     assert "epoch 0 step" not in first.output
+    assert first.failure == second.failure  # the same verdict, the same line, on every host
 
 
 CASES = {  # case: (hosts, current host, hyperparameters, channels, environment, expected failure line)
