@@ -6,6 +6,8 @@ checkpoint.dirpath, and a weights-only load names a class it does not admit inst
 """
 
 import argparse
+import enum
+import io as io_module
 import os
 import pickle
 from pathlib import Path
@@ -22,6 +24,7 @@ from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_op
 from sagemaker_lightning import sharded_model, sharding
 from sagemaker_lightning.checkpoints import io, resume, sharded
 from sagemaker_lightning.checkpoints.export import Export
+from sagemaker_lightning.checkpoints.io import UnsafeGlobal
 from sagemaker_lightning.checkpoints.last import LastCheckpoint, confined
 from sagemaker_lightning.failure import UserError
 from sagemaker_lightning.flavor import made
@@ -56,6 +59,38 @@ def test_a_planted_metadata_runs_nothing_and_its_save_is_skipped(tmp_path, capsy
     out = capsys.readouterr().out
     assert f"not resuming from step-999999999-0: its .metadata names {MKDIR}, which no" in out
     assert sharded.missing(Path(older)) == []  # a real save's .metadata still loads
+
+
+class EnumsByName(pickle.Pickler):
+    """Pickles enum members as Python 3.12 and Debian's 3.11 (the image's) do: getattr(Enum, name)."""
+
+    def reducer_override(self, obj):
+        if isinstance(obj, enum.Enum):
+            return getattr, (type(obj), obj.name)
+        if isinstance(obj, Home):  # stands in for getattr(os, "system"): getattr of a class that is no enum
+            return getattr, (type(Path()), "home")  # PosixPath: an admitted class
+        return NotImplemented
+
+
+class Home:
+    """Pickled as getattr(PosixPath, "home") by EnumsByName."""
+
+
+def test_metadata_pickled_with_enums_by_name_loads_and_no_other_getattr_does(tmp_path):
+    """A .metadata written where enums pickle by name (the image's Python) was refused as planted: every save of a
+    two-host fsdp job in local mode, which then could not resume (tests/container/test_sharded_local_mode.py)."""
+    path = Path(save(tmp_path / "last.ckpt", 4))
+    with open(path / ".metadata", "rb") as f:
+        found = pickle.load(f)
+    buffer = io_module.BytesIO()
+    EnumsByName(buffer).dump(found)
+    assert b"getattr" in buffer.getvalue()
+    (path / ".metadata").write_bytes(buffer.getvalue())
+    assert sharded.missing(path) == []
+    buffer = io_module.BytesIO()
+    EnumsByName(buffer).dump({"x": Home()})
+    with pytest.raises(UnsafeGlobal, match="asks for getattr of <class 'pathlib.PosixPath'>"):
+        sharded.MetadataUnpickler(io_module.BytesIO(buffer.getvalue())).load()
 
 
 def test_a_planted_sharded_save_runs_nothing_when_the_strategy_loads_it(one_process, tmp_path):  # noqa: F811

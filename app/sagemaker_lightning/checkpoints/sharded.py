@@ -21,6 +21,7 @@ writes to it (MetadataUnpickler) and the items are read weights only (WeightsOnl
 """
 
 import collections
+import enum
 import os
 import pickle
 import re
@@ -67,6 +68,19 @@ METADATA_GLOBALS = {
 METADATA_GLOBALS.update({("torch", n): dtype for n, dtype in vars(torch).items() if isinstance(dtype, torch.dtype)})
 METADATA_GLOBALS.update({("pathlib", path.__name__): path for path in PATHS})  # as older Pythons name them
 SAVE = re.compile(r"step-(\d+)-(\d+)")
+
+
+def _member(cls, name: str):
+    """An enum member as Python 3.12's pickle names it (and Debian's 3.11, the image's): getattr(Enum, name). Only
+    members of the admitted enums: getattr itself would reach anything (getattr(os, "system"))."""
+    if not (isinstance(cls, type) and issubclass(cls, enum.Enum) and cls in METADATA_GLOBALS.values()):
+        raise UnsafeGlobal(f"its .metadata asks for getattr of {cls!r}, which no checkpoint's metadata does")
+    if name not in cls.__members__:
+        raise UnsafeGlobal(f"its .metadata asks for {cls.__name__}.{name}, which is no member of it")
+    return cls[name]
+
+
+METADATA_GLOBALS[("builtins", "getattr")] = _member
 RANK_FILE = re.compile(r"__(\d+)_\d+\.distcp")
 MISFIT = re.compile(r"Missing key in checkpoint|Size mismatch between saved|Unexpected key")  # DCP's planner
 
