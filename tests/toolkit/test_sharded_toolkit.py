@@ -47,11 +47,11 @@ def test_fsdp_exports_stops_on_sigterm_and_resumes_a_killed_run_exactly(run_host
     assert sorted(digests) == [0, 1] and digests[0] == digests[1]  # the same consolidated weights on both ranks
     exported = ImageClassifier.from_model_dir(first.path("model"))  # the plain, unsharded model takes model.pt
     assert weights_digest(exported) == digests[0] and os.listdir(second.path("model")) == []
-    # the last save and the one before it (both at step 6: before the epoch's validation, and again after it, when
-    # the best checkpoint is known), complete: one file per rank, in rank 0's directory (ModelCheckpoint's dirpath
-    # is rank 0's)
+    # the last save and the one of the step before it: step 6 was saved before the epoch's validation and again after
+    # it, when the best checkpoint is known; the second replaced the first, and step 4's stays. Complete: one file
+    # per rank, in rank 0's directory (ModelCheckpoint's dirpath is rank 0's)
     saves = sorted(os.listdir(first.path("checkpoints", "last.ckpt")))
-    assert [s[:14] for s in saves] == ["step-000000006", "step-000000006"]
+    assert [s[:14] for s in saves] == ["step-000000004", "step-000000006"]
     files = [".metadata", "__0_0.distcp", "__1_0.distcp", "meta.pt"]
     assert all(sorted(os.listdir(first.path("checkpoints", "last.ckpt", s))) == files for s in saves)
 
