@@ -90,7 +90,9 @@ def entrypoint() -> int:
 class StopJob(pl.Callback):
     """SIGTERM to this host's entrypoint, as SageMaker signals every host's PID 1 on StopTrainingJob and spot
     interruption: at the start of one step, or during the validation after it; optionally SageMaker's SIGKILL after a
-    grace period (120 s there), and a long validation."""
+    grace period (120 s there), and a long validation. With `node_rank` in a validation, the other hosts end that
+    validation's first batch only once the signalled host has decided the stop in the job's store: a rank learns of
+    a peer's stop at its next batch end, so a batch it began before the decision delays the stop by that batch."""
 
     def __init__(
         self,
@@ -132,6 +134,16 @@ class StopJob(pl.Callback):
             self._stop(trainer)
             if batch_idx > 0 and trainer.global_step == self.step:
                 time.sleep(self.batch_s)
+
+    def on_validation_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0):
+        if self.node_rank in (None, trainer.node_rank) or trainer.sanity_checking:
+            return
+        if self.validation and batch_idx == 0 and trainer.global_step == self.step:
+            stop = next(c for c in trainer.callbacks if hasattr(c, "store"))  # the runtime's StopTogether
+            deadline = time.monotonic() + 30
+            while not stop.store.check([stop.key]):  # the validation's decision, written by the signalled rank
+                assert time.monotonic() < deadline, "the signalled host decided no stop within 30 s"
+                time.sleep(0.01)
 
 
 class FailCheckpointRead(pl.Callback):

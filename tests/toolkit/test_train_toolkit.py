@@ -503,9 +503,9 @@ def test_two_hosts_resume_exactly_after_sigterm_and_sigkill(run_hosts, archive_d
     """Two hosts, the uninterrupted run's checkpoints in S3 (moto): both succeed, model.pt holding the best
     checkpoint's weights, read from there (the export used to open the URL as a local file and fail, the other rank
     waiting out dist_timeout). SIGTERM to the second host's entrypoint at the first batch of epoch 0's validation, the
-    first host's not yet (as SageMaker signals each host on its own), the validation's later batches each longer than
-    the grace period, shortened to 20 s, after which the host is SIGKILLed as SageMaker does: both stop after that
-    batch, with step 3's last.ckpt, and exit 143 within the grace (they used to finish the validation first, and were
+    first host's not yet (as SageMaker signals each host on its own; its first batch ends after the second host decided
+    the stop), the validation's later batches each longer than the grace period, shortened to 20 s, after which the
+    host is SIGKILLed as SageMaker does: both stop after that batch, with step 3's last.ckpt, and exit 143 within the grace (they used to finish the validation first, and were
     killed); run again, the second host's first read of last.ckpt failing once (as S3 throttling does): it is read
     again, not skipped, and both resume from the checkpoint rank 0 chose, ending at the uninterrupted run's step with
     the same weights."""

@@ -118,16 +118,17 @@ class Fit(NamedTuple):
     signal: tuple[int, int, int] | None = None  # a SIGTERM: the rank whose validation step sends it, at which batch
     # of the first validation, to which rank; rank 1 sends it once rank 0 ran its last batch
     stream: bool = False  # the validation sets are Streams, whose end Lightning finds only after their last batch
-    waits: tuple[int, int] | None = None  # the (rank, batch) that waits for the validation's decision, then for its
-    # next look at the store
-    still: bool = False  # rank 1's StopTogether clock stands still: it looks at the store only where it must
+    waits: tuple[int, int] | None = None  # the (rank, batch) that waits for the validation's decision: it must see it
+    # at that batch's end
+    still: bool = False  # rank 1's StopTogether clock stands still: no time passes between its validation's start and
+    # a batch's end (a look rate-limited by time never comes)
 
 
 FITS = (
     Fit(),
     Fit(stream=True),
     Fit((1, 4, 1)),  # to itself, once rank 0 ran its last batch
-    Fit((0, 0, 0), stream=True, still=True),  # to itself; rank 1 learns of it at the end of its own validation
+    Fit((0, 0, 0), stream=True, waits=(1, 0), still=True),  # to itself; rank 1 learns at its first batch's end
     Fit((1, 6, 1)),  # to itself in its last batch, once rank 0 ran its own
     Fit((1, 4, 0), waits=(1, 4)),  # to rank 0, which waits after its last batch; rank 1 learns at its next look
 )
@@ -176,7 +177,6 @@ class Uneven(BoringModel):
             os.kill(int(stop.store.get(f"test/pid/{self.fit.signal[2]}")), signal.SIGTERM)
         if self.fit.waits == (self.rank, batch_idx) and len(self.seen) == 1:
             wait_until(lambda: stop.store.check([stop.key]))
-            time.sleep(StopTogether.LOOK_EVERY_S)  # its next look at the store: at this batch's end
         self.seen[-1] += 1
         return super().validation_step(batch, batch_idx)
 
@@ -234,9 +234,9 @@ def test_a_validation_of_uneven_ranks_ends_and_a_stop_in_it_stops_every_rank(fre
     for rank, (free, streamed, late, early, last, waiting) in results.items():
         assert free == streamed == ("ended", 4, [VALIDATION_BATCHES[rank]] * 2)  # both validations whole
         assert late == (*in_it, [(3, 5)[rank]])  # rank 1 after batch 4, where it was signalled
-        assert early == (*in_it, [(1, 7)[rank]])  # rank 0 after batch 0; rank 1 at its end
+        assert early == (*in_it, [1])  # rank 0 after batch 0; rank 1 after its batch 0, where it waited
         assert last == (*after_it, [VALIDATION_BATCHES[rank]])
-        assert waiting == (*in_it, [(3, 5)[rank]])  # rank 0 where it waited; rank 1 at its next look
+        assert waiting == (*in_it, [(3, 5)[rank]])  # rank 0 where it waited; rank 1 after the batch it waited in
 
 
 def test_a_rank_past_its_last_validation_batch_waits_for_its_peers_at_most_the_stores_timeout(free_port):
