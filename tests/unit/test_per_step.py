@@ -6,11 +6,9 @@ Lightning need not call (flavor.made).
     .venv/bin/pytest tests/unit/test_per_step.py
 """
 
-import contextlib
 import datetime
 import itertools
 import os
-import queue
 import random
 import signal
 import threading
@@ -21,9 +19,9 @@ from typing import NamedTuple
 import numpy as np
 import pytest
 import pytorch_lightning
+import spawned
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 from pytorch_lightning.demos.boring_classes import BoringModel, RandomDataset
 from pytorch_lightning.utilities.exceptions import SIGTERMException
 from torch.utils.data import DataLoader, IterableDataset
@@ -76,36 +74,12 @@ def agreeing(rank: int, port: int, out) -> None:
     dist.destroy_process_group()
 
 
-def two_ranks(target, port: int, timeout_s: float) -> dict:
-    """rank → what `target(rank, port, queue)` put in the queue, from two processes; a rank that fails fails the
-    test at once, a hang within timeout_s."""
-    context = mp.get_context("spawn")
-    out = context.Queue()
-    procs = [context.Process(target=target, args=(rank, port, out)) for rank in range(2)]
-    for p in procs:
-        p.start()
-    deadline, results = time.monotonic() + timeout_s, {}
-    try:
-        while len(results) < len(procs):
-            assert all(p.exitcode in (None, 0) for p in procs), "a rank failed: its traceback is above"
-            assert time.monotonic() < deadline, f"no result within {timeout_s} s: a hang"
-            with contextlib.suppress(queue.Empty):
-                results.update([out.get(timeout=1)])
-        for p in procs:
-            p.join(timeout=30)
-            assert p.exitcode == 0
-    finally:
-        for p in procs:
-            p.kill()
-    return results
-
-
 def test_ranks_stop_together_at_the_step_the_signal_came_in(free_port):
     """In place of Lightning's own collective before each step, both ranks stop (SIGTERMException, which saves
     last.ckpt) before the same step: the first agreed one after the signal, though the ranks go at different paces.
     The signal at the first step, between two agreements, and at the last."""
     expected = {n: [call >= min(a for a in AGREED if a >= n) for call in range(CALLS)] for n in SIGNALLED}
-    assert two_ranks(agreeing, free_port(), timeout_s=120) == {0: expected, 1: expected}
+    assert spawned.two_ranks(agreeing, free_port(), timeout_s=120) == {0: expected, 1: expected}
 
 
 VALIDATION_BATCHES = (3, 7)  # each rank's: uneven, as an IterableDataset's shards or its own DataLoader leave them
@@ -229,7 +203,7 @@ def test_a_validation_of_uneven_ranks_ends_and_a_stop_in_it_stops_every_rank(fre
     when it learned of the stop, a rank past its last batch at that one; or right after the validation, once every
     rank ran its last batch. Then a collective pairs (the checkpoint's save). The agreement used to be an all-reduce
     after each validation batch, which mispaired here."""
-    results = two_ranks(validating, free_port(), timeout_s=300)
+    results = spawned.two_ranks(validating, free_port(), timeout_s=300)
     in_it, after_it = ("stopped", [(2, True)] * 2), ("stopped", [(2, False)] * 2)
     for rank, (free, streamed, late, early, last, waiting) in results.items():
         assert free == streamed == ("ended", 4, [VALIDATION_BATCHES[rank]] * 2)  # both validations whole

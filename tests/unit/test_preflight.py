@@ -12,9 +12,9 @@ import re
 from types import SimpleNamespace
 
 import pytest
+import spawned
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
 from sagemaker_lightning import instances, preflight
 from sagemaker_lightning.efa import findings as efa_findings
@@ -307,16 +307,7 @@ def test_every_rank_reaches_rank_0s_verdict_and_preflight_off_runs_nothing(free_
     whole. fail: both raise the same line, with rank 0's figure, though rank 1 timed its own slower. A device problem
     on rank 1 alone: both raise its line, naming its host and rank. off: no line and no collective, on either rank,
     even with that device problem."""
-    port = free_port()
-    context = mp.get_context("spawn")  # a fresh interpreter: the parent's threads and torch state stay out
-    out = context.Queue()
-    procs = [context.Process(target=judging, args=(rank, port, out)) for rank in range(2)]
-    for p in procs:
-        p.start()
-    results = dict(out.get(timeout=120) for _ in procs)
-    for p in procs:
-        p.join(timeout=30)
-        assert p.exitcode == 0
+    results = spawned.two_ranks(judging, free_port(), timeout_s=120)
     first, second = results[0], results[1]
 
     (failed, said, called), later = first["warn"], second["warn"]

@@ -16,7 +16,6 @@ import datetime
 import errno
 import io
 import os
-import queue
 import sys
 import time
 from types import SimpleNamespace
@@ -24,9 +23,9 @@ from types import SimpleNamespace
 import fsspec
 import lightning.pytorch
 import pytest
+import spawned
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 from lightning.pytorch.demos.boring_classes import BoringModel
 
 from sagemaker_lightning import LightningCLI, checkpoints
@@ -115,30 +114,14 @@ def one_rank(rank: int, ports: tuple[int, int], workdir: str, out) -> None:
     loaded = resuming(rank)
     dist.destroy_process_group()
     os.environ["MASTER_PORT"] = str(ports[1])
-    out.put((rank, loaded, exporting(rank, os.path.join(workdir, "model"))))
+    out.put((rank, (loaded, exporting(rank, os.path.join(workdir, "model")))))
 
 
 @pytest.fixture(scope="module")
 def ranks(free_port, tmp_path_factory) -> tuple[dict, dict, str]:
     """What each of the two ranks loaded, and how its fit ended; the fit's working directory."""
-    workdir, context, ports = (
-        str(tmp_path_factory.mktemp("two-ranks")),
-        mp.get_context("spawn"),
-        (free_port(), free_port()),
-    )
-    out = context.Queue()
-    procs = [context.Process(target=one_rank, args=(r, ports, workdir, out)) for r in range(2)]
-    for p in procs:
-        p.start()
-    results = {}
-    while len(results) < len(procs):  # a rank that died says so at once, not after the wait for its result
-        try:
-            r, *rest = out.get(timeout=1)
-            results[r] = rest
-        except queue.Empty:
-            assert all(p.is_alive() or p.exitcode == 0 for p in procs), [p.exitcode for p in procs]
-    for p in procs:
-        p.join(timeout=30)
+    workdir = str(tmp_path_factory.mktemp("two-ranks"))
+    results = spawned.two_ranks(one_rank, (free_port(), free_port()), workdir, timeout_s=600)
     return {r: results[r][0] for r in results}, {r: results[r][1] for r in results}, workdir
 
 

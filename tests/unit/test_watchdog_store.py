@@ -12,9 +12,9 @@ import socket
 import threading
 
 import pytest
+import spawned
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 from test_watchdog_judgement import KEY, LIMIT, Ended, started
 
 from sagemaker_lightning import heartbeats
@@ -116,15 +116,7 @@ def agreeing(rank: int, port: int, out) -> None:
 
 
 def test_the_ranks_agree_on_rank_0s_key_over_the_process_group(free_port):
-    port, context = free_port(), mp.get_context("spawn")
-    out = context.Queue()
-    procs = [context.Process(target=agreeing, args=(rank, port, out)) for rank in range(2)]
-    for p in procs:
-        p.start()
-    keys = dict(out.get(timeout=60) for _ in procs)
-    for p in procs:
-        p.join(timeout=30)
-        assert p.exitcode == 0
+    keys = spawned.two_ranks(agreeing, free_port(), timeout_s=60)
     assert keys[0] == keys[1] and len(keys[0]) == heartbeats.KEY_BYTES
 
 
