@@ -18,6 +18,19 @@ from sagemaker_lightning.flavor import made
 pytestmark = pytest.mark.unit
 
 
+def quiet_trainer(callbacks: list, **settings) -> pytorch_lightning.Trainer:
+    """A CPU trainer of these callbacks that logs, prints and sanity-checks nothing."""
+    return pytorch_lightning.Trainer(
+        callbacks=callbacks,
+        accelerator="cpu",
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        **settings,
+    )
+
+
 def test_atomic_save_replaces_the_file_whole(tmp_path):
     io, path = made(checkpoint_io.AtomicCheckpointIO, pytorch_lightning)(), tmp_path / "last.ckpt"
     io.save_checkpoint({"global_step": 1}, path)
@@ -43,13 +56,7 @@ def test_where_no_sigterm_arrives_last_ckpt_comes_by_measured_steps(tmp_path, ca
     (here, tiny steps: many), the same on every rank, and rank 0 names the bound."""
     model_checkpoint = pytorch_lightning.callbacks.ModelCheckpoint(dirpath=str(tmp_path))
     last = made(last_checkpoint.LastCheckpoint, pytorch_lightning)(None, model_checkpoint, "PID 1 is bash")
-    trainer = pytorch_lightning.Trainer(
-        max_steps=6,
-        callbacks=[model_checkpoint, last],
-        logger=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-    )
+    trainer = quiet_trainer([model_checkpoint, last], max_steps=6)
     trainer.fit(BoringModel())
     assert last.every_n_steps > 6  # a minute of these steps is many more than 6
     out = capsys.readouterr().out
@@ -80,17 +87,8 @@ def test_last_checkpoint_saved_before_a_validation_names_the_best_after_it(tmp_p
     data = DataLoader(TensorDataset(torch.ones(8, 1)), batch_size=1)
     best = pytorch_lightning.callbacks.ModelCheckpoint(dirpath=tmp_path, monitor="val/acc", mode="max", save_top_k=1)
     last = made(last_checkpoint.LastCheckpoint, pytorch_lightning)(2, best)
-    trainer = pytorch_lightning.Trainer(
-        max_steps=4,
-        val_check_interval=2,
-        limit_val_batches=1,
-        callbacks=[last, best],  # LastCheckpoint before the ModelCheckpoint, as in the CLI's list
-        accelerator="cpu",
-        logger=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        num_sanity_val_steps=0,
-    )
+    # LastCheckpoint before the ModelCheckpoint, as in the CLI's list
+    trainer = quiet_trainer([last, best], max_steps=4, val_check_interval=2, limit_val_batches=1)
     trainer.fit(Improving(), data, data)
     saved = torch.load(tmp_path / "last.ckpt", weights_only=False)
     (state,) = (v for k, v in saved["callbacks"].items() if k.startswith("ModelCheckpoint"))
@@ -142,16 +140,7 @@ def test_last_ckpt_at_an_epochs_end_holds_that_epochs_top_k_update(tmp_path):
     it exported the final weights, and kept the file the best should have replaced)."""
     model_checkpoint = pytorch_lightning.callbacks.ModelCheckpoint(dirpath=str(tmp_path), monitor="loss", save_top_k=1)
     last = made(last_checkpoint.LastCheckpoint, pytorch_lightning)(0, model_checkpoint)
-    trainer = pytorch_lightning.Trainer(
-        max_epochs=2,
-        limit_train_batches=2,
-        limit_val_batches=1,
-        num_sanity_val_steps=0,
-        callbacks=[model_checkpoint, last],
-        logger=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-    )
+    trainer = quiet_trainer([model_checkpoint, last], max_epochs=2, limit_train_batches=2, limit_val_batches=1)
     trainer.fit(Learning())
     saved = torch.load(tmp_path / "last.ckpt", weights_only=False)["callbacks"][model_checkpoint.state_key]
     assert (
