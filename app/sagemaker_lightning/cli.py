@@ -25,7 +25,6 @@ On SageMaker, in this order:
 """
 
 import functools
-import importlib
 import inspect
 import os
 import socket
@@ -62,17 +61,6 @@ LOST_PEER_WAIT_S = 3  # for a process of Lightning's launcher to end, when this 
 DEFAULT_DATA_KEY = "data_dir"  # the data module's argument that receives the data channel, unless data_channels says
 
 
-@functools.cache
-def _on(cls: type, pl) -> type:
-    """`cls` (LightningCLI or a project's subclass of it) on top of package `pl`'s LightningCLI."""
-    base = flavor.attribute(pl, "cli.LightningCLI")
-    return type(cls.__name__, (cls, base), {"pl": pl, "__module__": cls.__module__, "__qualname__": cls.__qualname__})
-
-
-def _rebuilt(cls: type, package_name: str):
-    return object.__new__(_on(cls, importlib.import_module(package_name)))  # not LightningCLI.__new__: it makes one
-
-
 def _interfaces() -> set[str]:
     return {name for _, name in socket.if_nameindex()}
 
@@ -85,10 +73,13 @@ class LightningCLI:
         data_dir argument (a named one must exist).
     """
 
+    BASE = "cli.LightningCLI"  # made (flavor.made) into a subclass of the project's package's, with a project's own
+    # subclass of this one on top
+
     def __new__(cls, *args, **kwargs):
         classes = [kwargs.get("model_class"), kwargs.get("datamodule_class"), kwargs.get("trainer_class")]
         classes += list(args[:2])
-        return object.__new__(_on(cls, flavor.package(*filter(None, classes))))
+        return object.__new__(flavor.made(cls, flavor.package(*filter(None, classes))))
 
     def __init__(self, *args, data_channels: Mapping[str, str] | None = None, **kwargs):
         self.data_channels = dict(data_channels) if data_channels else None
@@ -281,11 +272,6 @@ class LightningCLI:
     def subcommands() -> dict[str, set[str]]:
         """Lightning's: the subcommands and the trainer method arguments each skips."""
         return flavor.attribute(flavor.package(), "cli.LightningCLI").subcommands()
-
-    def __reduce__(self):
-        """Pickled as the class it was made from and the package (_on), which pickle cannot find by name: ddp_spawn
-        pickles what holds the CLI (the model's hyperparameters' instantiator)."""
-        return _rebuilt, (type(self).__mro__[1], self.pl.__name__), self.__getstate__()
 
     def _config_yaml(self) -> str:
         """The resolved configuration, as model_dir's config.yaml holds it: its secrets redacted (redact.py), for

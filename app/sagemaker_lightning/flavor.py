@@ -51,7 +51,8 @@ def made(mixin: type, pl: ModuleType) -> type:
     with the runtime's 5 callbacks and 6 hooks a step, 60 µs of a 1.3 ms step on 2 AMD EPYC cores
     (scripts/bench_overhead.py)."""
     base = attribute(pl, mixin.BASE)
-    namespace = {"pl": pl, "__module__": mixin.__module__, "__doc__": mixin.__doc__, "__reduce__": _reduce}
+    namespace = {"pl": pl, "__module__": mixin.__module__, "__qualname__": mixin.__qualname__, "__doc__": mixin.__doc__}
+    namespace["__reduce__"] = _reduce
     if issubclass(base, attribute(pl, "callbacks.Callback")):
         skipped = (n for n in dir(base) if n.startswith("on_") and n not in CALLED_DIRECTLY and not hasattr(mixin, n))
         namespace.update(dict.fromkeys(skipped))
@@ -61,11 +62,10 @@ def made(mixin: type, pl: ModuleType) -> type:
 def _reduce(self):
     """Pickle an instance of a made class as (mixin, package) and its state: pickle finds a class by its module and
     name, which lead to the mixin, not to the class made of it (strategy="ddp_spawn" pickles the trainer's strategy
-    and callbacks into each new process)."""
-    mixin = next(cls for cls in type(self).__mro__ if "BASE" in vars(cls))
-    return _rebuilt, (mixin, self.pl.__name__), self.__getstate__()
+    and callbacks, and what holds the CLI, into each new process). The mixin is the class it was made from, a
+    project's own subclass of the runtime's LightningCLI included."""
+    return _rebuilt, (type(self).__mro__[1], self.pl.__name__), self.__getstate__()
 
 
 def _rebuilt(mixin: type, package_name: str):
-    cls = made(mixin, importlib.import_module(package_name))
-    return cls.__new__(cls)
+    return object.__new__(made(mixin, importlib.import_module(package_name)))  # not its __new__: the CLI's makes one

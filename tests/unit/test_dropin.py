@@ -111,6 +111,10 @@ def test_a_caller_that_catches_gets_lightnings_exception_and_a_script_one_line(a
     ], err
 
 
+class ProjectCLI(LightningCLI):
+    """A project's own subclass of the runtime's LightningCLI."""
+
+
 def test_ddp_spawn_pickles_the_runtimes_strategy_callbacks_and_cli():
     import lightning.pytorch as pl
 
@@ -119,8 +123,9 @@ def test_ddp_spawn_pickles_the_runtimes_strategy_callbacks_and_cli():
     assert type(copy) is type(lone) and copy._start_method == "spawn"
     report = pickle.loads(pickle.dumps(made(progress.RankReport, pl)("algo-1")))
     assert type(report) is made(progress.RankReport, pl) and report.host == "algo-1"
-    cli = LightningCLI(BoringModel, args=["--trainer.accelerator=cpu", "--trainer.logger=false"], run=False)
-    assert type(pickle.loads(pickle.dumps(cli))) is type(cli)
+    for cls in (LightningCLI, ProjectCLI):
+        cli = cls(BoringModel, args=["--trainer.accelerator=cpu", "--trainer.logger=false"], run=False)
+        assert type(pickle.loads(pickle.dumps(cli))) is type(cli) and isinstance(cli, cls)
 
 
 def test_off_sagemaker_nothing_of_sagemakers_is_registered(monkeypatch, tmp_path):
