@@ -40,6 +40,8 @@ BACKOFF_S = (1, 2, 5, 10, 30)  # between tries of a request the server did not a
 MAX_VALUE = 6000  # characters of a parameter's value that MLflow keeps (3.x); a tag's value is cut to the same
 CHANGED = "changed."  # a changed parameter's tag: changed.<key> = "<the run's value> -> <this job's value>"
 RESTARTS = "sagemaker.restarts"  # the tag that counts how often the run was continued
+# botocore's words, inside MLflow's wrapping, when sagemaker-mlflow cannot sign a request with the job's role
+CREDENTIALS = re.compile(r"Unable to locate credentials|ExpiredToken|InvalidClientTokenId|security token included")
 METRICS, OPEN = "log the metrics", "open the run"  # what two of the thread's requests do, as its lines say
 
 
@@ -58,13 +60,14 @@ def flat(config: Mapping, prefix: str = "") -> dict[str, str]:
 
 
 def kind(e: BaseException) -> str:
-    """What a failed request means: "refused" (the credentials: 401, 403), "rejected" (the server, or the client's
-    own checks, found the request wrong: another 4xx) or "unreachable" (no answer, a timeout, a 5xx, a 429: worth
-    trying again). MLflow raises its transport failures with error_code INTERNAL_ERROR (500), as a 500 itself."""
+    """What a failed request means: "refused" (the credentials: 401, 403, none to sign with), "rejected" (the
+    server, or the client's own checks, found the request wrong: another 4xx) or "unreachable" (no answer, a timeout,
+    a 5xx, a 429: worth trying again). MLflow raises its transport failures with error_code INTERNAL_ERROR (500), as a
+    500 itself."""
     if isinstance(e, FileNotFoundError | PermissionError | IsADirectoryError):  # an artifact's file
         return "rejected"
     code = getattr(e, "error_code", None)
-    if code in ("UNAUTHENTICATED", "PERMISSION_DENIED", "CUSTOMER_UNAUTHORIZED"):
+    if code in ("UNAUTHENTICATED", "PERMISSION_DENIED", "CUSTOMER_UNAUTHORIZED") or CREDENTIALS.search(str(e)):
         return "refused"
     status = e.get_http_status_code() if hasattr(e, "get_http_status_code") else 500
     return "rejected" if 400 <= status < 500 and status != 429 else "unreachable"
@@ -194,7 +197,10 @@ class Run:
                 if problem == "rejected" and what != OPEN:
                     say(f"mlflow: {self.uri} rejected the request to {what} ({line}): skipped; training goes on")
                 else:
-                    said = {"refused": "refuses the job's credentials", "rejected": f"rejected the request to {what}"}
+                    said = {
+                        "refused": "refused the job's credentials, or it has none",
+                        "rejected": f"rejected the request to {what}",
+                    }
                     self._drop(f"{self.uri} {said.get(problem, 'did not answer at the end')} ({line})")
                     return
             tries = 0

@@ -100,12 +100,20 @@ def test_one_run_per_job_across_a_sigkill_and_a_sigterm(run_hosts, archive_dir, 
 
 
 def test_two_hosts_one_run_from_rank_zero_and_a_server_gone_mid_run(run_hosts, archive_dir, tiny, mlflow_server):
-    """Two hosts: global rank 0 alone tracks, into one run. The server is killed at step 3 (once the run is open):
-    the job trains on, exports its model and succeeds; rank 0 says once that the server does not answer, and at the
-    end that tracking was dropped; the other host says nothing of MLflow. The server, started again, holds one run
-    for the job, its steps unique (two ranks logging would have doubled them)."""
-    job = "pair-2026-11-27-18-00-00-000"
-    env = {"MLFLOW_TRACKING_URI": mlflow_server.url, "TRAINING_JOB_NAME": job, "PYTHONPATH": PLUGINS}
+    """Two hosts, tracking to a managed tracking server's ARN as a job gives it, with no code of the project's: the
+    image's sagemaker-mlflow plugin takes the ARN, signs each request with the job's credentials (here dummy ones)
+    and sends it to the server (here the local one: the plugin's SAGEMAKER_MLFLOW_CUSTOM_ENDPOINT). Global rank 0
+    alone tracks, into one run. The server is killed at step 3 (once the run is open): the job trains on, exports its
+    model and succeeds; rank 0 says once that the server does not answer, and at the end that tracking was dropped;
+    the other host says nothing of MLflow. The server, started again, holds one run for the job, its steps unique
+    (two ranks logging would have doubled them)."""
+    job, arn = "pair-2026-11-27-18-00-00-000", "arn:aws:sagemaker:us-east-1:111122223333:mlflow-tracking-server/t"
+    env = {"MLFLOW_TRACKING_URI": arn, "TRAINING_JOB_NAME": job, "PYTHONPATH": PLUGINS}
+    env |= {
+        "SAGEMAKER_MLFLOW_CUSTOM_ENDPOINT": mlflow_server.url,
+        "AWS_ACCESS_KEY_ID": "a",
+        "AWS_SECRET_ACCESS_KEY": "b",
+    }
     kill = {"trainer.callbacks+": "faults.KillProcess", "trainer.callbacks.pid": mlflow_server.process.pid}
     hps = {**tiny, **STEPS, "trainer.max_epochs": 1, **kill, "trainer.callbacks.step": 3, "dist_timeout": 60}
     try:
@@ -115,6 +123,7 @@ def test_two_hosts_one_run_from_rank_zero_and_a_server_gone_mid_run(run_hosts, a
     assert [h.returncode for h in hosts] == [0, 0], hosts[0].output[-3000:]
     assert os.path.isfile(hosts[0].path("model", "model.pt"))
     said = lines(hosts[0].output)
+    assert said[0].startswith("mlflow: run ") and said[0].endswith(f"created in experiment 'pair' on {arn}"), said
     assert len([line for line in said if "does not answer" in line]) == 1, said
     assert "tracking retried" in said[-2] and "tracking dropped for this job; training goes on" in said[-1], said
     assert lines(hosts[1].output) == []

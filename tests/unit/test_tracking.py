@@ -111,6 +111,7 @@ def test_a_configuration_becomes_dotted_parameters_with_keys_and_values_mlflow_t
         (MlflowException("x", error_code=codes.REQUEST_LIMIT_EXCEEDED), "unreachable"),  # 429: throttled
         (MlflowException("x failed with error code 403 != 200", error_code=codes.PERMISSION_DENIED), "refused"),
         (MlflowException("x", error_code=codes.UNAUTHENTICATED), "refused"),  # 401
+        (MlflowException("API request to http://h/api failed with exception Unable to locate credentials"), "refused"),
         (RestException({"error_code": "INVALID_PARAMETER_VALUE", "message": "Changing param values"}), "rejected"),
         (RestException({"error_code": "RESOURCE_DOES_NOT_EXIST", "message": "no run"}), "rejected"),
         (FileNotFoundError(2, "No such file", "model.pt"), "rejected"),
