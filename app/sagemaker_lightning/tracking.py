@@ -23,6 +23,7 @@ turns it on (an MLFLOW_TRACKING_URI in a developer's shell is for their own tool
     python app/example/train.py fit --mlflow.tracking_uri http://127.0.0.1:5000 ...
 """
 
+import importlib.util
 import json
 import os
 import re
@@ -287,14 +288,12 @@ def callbacks(pl, plan, config, logger, config_yaml) -> list:
     if not uri:
         return []
     check_uri(uri)
-    for package in ("mlflow", "sagemaker_mlflow") if uri.startswith("arn:") else ("mlflow",):
-        try:
-            __import__(package)
-        except ImportError as e:
-            raise UserError(
-                f"tracking in MLflow needs {package.replace('_', '-')}, which is not installed ({e}); pip install "
-                f"{'mlflow-skinny' if package == 'mlflow' else 'sagemaker-mlflow'} (the image has both)"
-            ) from None
+    needed = {"mlflow": "mlflow-skinny", **({"sagemaker_mlflow": "sagemaker-mlflow"} if uri.startswith("arn:") else {})}
+    for module, package in needed.items():
+        if importlib.util.find_spec(module) is None:  # imported on the run's thread, not at every rank's start
+            raise UserError(f"tracking in MLflow needs {package}, which is not installed: pip install {package}")
+    if config["mlflow.log_model"] and not config["model_dir"]:
+        say("mlflow: mlflow.log_model logs model_dir's model.pt and config.yaml, but model_dir is not set: none")
     job = os.environ.get("TRAINING_JOB_NAME")
     tags = {}
     if plan.on_sagemaker:

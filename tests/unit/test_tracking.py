@@ -13,6 +13,7 @@ from mlflow.protos import databricks_pb2 as codes
 import train
 from sagemaker_lightning import mlflow_run, signals, tracking
 from sagemaker_lightning.failure import UserError
+from sagemaker_lightning.plan import make_plan
 
 pytestmark = pytest.mark.unit
 
@@ -62,6 +63,34 @@ def test_a_malformed_uri_in_the_jobs_environment_fails_the_job_at_its_start_in_o
     assert exit.value.code == 1 and len(errors) == 1, errors
     assert "the MLflow tracking URI mlflow.example.com:5000 is neither an http(s) URL" in errors[0]
     assert "MLflow tracking URI" in (tmp_path / "failure").read_text()
+
+
+SETTINGS = {"mlflow.tracking_uri": None, "mlflow.experiment_name": None, "mlflow.log_model": False}
+SETTINGS |= {"mlflow.system_metrics": False, "model_dir": None}
+
+
+def test_on_sagemaker_the_variable_turns_it_on_elsewhere_the_setting_alone(monkeypatch):
+    import lightning.pytorch as pl
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://127.0.0.1:5000")
+    monkeypatch.setenv("TRAINING_JOB_NAME", "cifar-2026-11-27-18-34-51-123")
+    job = {"SM_HOSTS": '["algo-1","algo-2"]', "SM_CURRENT_HOST": "algo-1", "SM_CURRENT_INSTANCE_TYPE": "ml.g5.xlarge"}
+    on, off = make_plan(job, {"eth0"}), make_plan({}, set())
+    (tracker,) = tracking.callbacks(pl, on, SETTINGS, None, str)
+    assert (tracker.uri, tracker.experiment, tracker.job) == (
+        "http://127.0.0.1:5000",
+        "cifar",
+        os.environ["TRAINING_JOB_NAME"],
+    )
+    assert tracker.tags == {
+        "sagemaker.job_name": tracker.job,
+        "sagemaker.hosts": "algo-1,algo-2",
+        "sagemaker.instance_type": "ml.g5.xlarge",
+    }
+    assert tracking.callbacks(pl, off, SETTINGS, None, str) == []  # a developer's shell variable is not a setting
+    given = {**SETTINGS, "mlflow.tracking_uri": "https://mlflow.example.com"}
+    (tracker,) = tracking.callbacks(pl, off, given, None, str)
+    assert tracker.uri == "https://mlflow.example.com" and tracker.tags == {}
 
 
 def test_the_experiment_is_the_setting_the_variable_the_loggers_or_the_jobs_base_name():
