@@ -132,3 +132,36 @@ def test_two_hosts_one_run_from_rank_zero_and_a_server_gone_mid_run(run_hosts, a
     assert run.data.tags["sagemaker.hosts"] == "localhost,127.0.0.1" and run.info.status == "RUNNING"
     logged = steps(client, run)
     assert all(s == sorted(set(s)) and set(s) <= {1, 2, 3, 4} for s in logged.values()), logged
+
+
+def test_a_continued_run_skips_the_steps_it_holds_and_keeps_its_parameters(mlflow_server, capsys):
+    """The run's thread alone, in this process: a run that failed (FAILED) after steps 1-5, continued by a job that
+    resumed from step 2 with one setting changed: it is RUNNING again, then FINISHED; steps 3-5 are not sent twice;
+    the changed setting keeps the run's value and its tag says both; a repeated step within one job is sent once."""
+    from sagemaker_lightning import mlflow_run
+
+    client, recorded = connect(mlflow_server.url), []
+    first = mlflow_run.Run(mlflow_server.url, "direct", "job-1", {}, None, lambda *ids: recorded.append(ids))
+    first.params({"lr": "0.1", "epochs": "3"})
+    for step in range(1, 6):
+        first.log({"train/loss": 1.0 / step}, step)
+    first.log({"train/loss": 9.0}, 5)  # the same step again: dropped
+    first.finish("FAILED", wait_s=30)
+    ((run_id, _),) = recorded
+    assert client.get_run(run_id).info.status == "FAILED"
+
+    second = mlflow_run.Run(mlflow_server.url, "direct", "job-1", {}, run_id, lambda *ids: recorded.append(ids))
+    assert second.is_open.wait(30) and client.get_run(run_id).info.status == "RUNNING"
+    second.params({"lr": "0.2", "epochs": "3", "new": "x"})
+    for step in range(3, 8):
+        second.log({"train/loss": 2.0 / step}, step)
+    second.finish("FINISHED", wait_s=30)
+    run = client.get_run(run_id)
+    assert run.info.status == "FINISHED" and run.data.tags[mlflow_run.RESTARTS] == "1"
+    history = client.get_metric_history(run_id, "train/loss")
+    assert [(m.step, m.value) for m in history] == [(s, 1.0 / s) for s in range(1, 6)] + [(6, 2.0 / 6), (7, 2.0 / 7)]
+    assert run.data.params == {"lr": "0.1", "epochs": "3", "new": "x"}
+    assert run.data.tags["changed.lr"] == "0.1 -> 0.2"
+    said = [line for line in capsys.readouterr().out.splitlines() if line.startswith("mlflow: ")]
+    assert f"mlflow: run {run_id} continued (restart 1) in experiment 'direct' on {mlflow_server.url}" in said
+    assert "mlflow: 1 parameter(s) differ from the run's (lr): the run keeps its values" in " ".join(said)
