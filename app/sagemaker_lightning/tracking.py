@@ -34,6 +34,7 @@ from sagemaker_lightning.failure import UserError
 from sagemaker_lightning.flavor import attribute, made
 from sagemaker_lightning.lines import say
 from sagemaker_lightning.plan import global_rank_zero
+from sagemaker_lightning.redact import redacted
 
 RECORD = "mlflow-run.json"  # the run a restarted job continues: in checkpoint.dirpath, and in model_dir
 DEFAULT_EXPERIMENT = "sagemaker-lightning"  # a run's experiment when nothing names one and no job name is known
@@ -265,9 +266,9 @@ def _through(tracker: Tracker, logger) -> None:
             tracker.run.log({prefix + k: float(v) for k, v in metrics.items()}, step or 0)
 
     def log_hyperparams(params):
-        if tracker.run is not None:
-            params = params if isinstance(params, dict) else vars(params)
-            tracker.run.params(mlflow_run.flat(json.loads(json.dumps(params, default=str))))
+        if tracker.run is not None:  # redacted as the configuration is (redact.py)
+            params = json.loads(json.dumps(params if isinstance(params, dict) else vars(params), default=str))
+            tracker.run.params(mlflow_run.flat(redacted(params)))
 
     logger._tracking_uri = tracker.uri
     logger._initialized = True  # Lightning touches `experiment` before the fit: no run of its own is made there
