@@ -30,11 +30,13 @@ QUEUE_MAX = 10_000  # metric points waiting for the server; past that, new ones 
 BATCH = 1000  # metric points a request carries: MLflow's limit for log_batch; params and tags go 100 at a time
 # MLflow's settings unless the job sets them: one request's bounds (MLflow's own, 120 s and 7 retries with backoff,
 # hold a request for minutes, the end of a job waits for the last one, and urllib3 logs each retry: the thread retries
-# instead, quietly); no "View run" line of its own at the end
+# instead, quietly); no "View run" line of its own at the end; no usage data sent from a training job to MLflow's
+# telemetry service (on by default in MLflow 3.x: a job's network may not reach it, and its owner did not ask)
 DEFAULTS = {
     "MLFLOW_HTTP_REQUEST_TIMEOUT": "10",
     "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0",
     "MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT": "true",
+    "MLFLOW_DISABLE_TELEMETRY": "true",
 }
 # between two requests of metric points: about one a second, whatever the step rate (a request costs the training
 # process about a millisecond of CPU in Python's HTTP client; one a step cost 750 µs a step: docs/tracking.md)
@@ -243,8 +245,9 @@ class Run:
         else:
             client.update_run(run.info.run_id, status="RUNNING")
             self._params = dict(run.data.params)
-            for key in run.data.metrics:
-                self._last[key] = max((m.step for m in client.get_metric_history(run.info.run_id, key)), default=-1)
+            # each metric's point at its largest step, as the run holds it: MLflow's own system metrics monitor reads
+            # its resume step there too (a metric's whole history can be long: mlflow#22991)
+            self._last = {metric.key: metric.step for metric in run.data._metric_objs}
             tags = {**self.tags, RESTARTS: str(int(run.data.tags.get(RESTARTS, "0")) + 1)}
         self.run_id, self.experiment_id = run.info.run_id, run.info.experiment_id
         self._log(tags=tags)
@@ -301,13 +304,13 @@ def connect(uri: str):
     """An MlflowClient of `uri`, with DEFAULTS. The process's tracking URI is set to it too: sagemaker-mlflow's plugin
     reads that one, not the client's, for the header that routes a request to the ARN's server. Its header provider,
     called for every server, fails on an http(s) URI (a warning at each request): that warning is not shown there."""
+    for name, value in DEFAULTS.items():  # before MLflow reads them
+        os.environ.setdefault(name, value)
     import logging
 
     import mlflow
     from mlflow.tracking import MlflowClient
 
-    for name, value in DEFAULTS.items():
-        os.environ.setdefault(name, value)
     mlflow.set_tracking_uri(uri)
     if not uri.startswith("arn:"):
         logging.getLogger("mlflow.tracking.request_header.registry").setLevel(logging.ERROR)

@@ -41,7 +41,8 @@ DEFAULT_EXPERIMENT = "sagemaker-lightning"  # a run's experiment when nothing na
 OPEN_WAIT_S = 5.0  # the most a fit's start waits for the run's id, where it needs it (system metrics, MLFlowLogger)
 STOP_WAIT_S = 5.0  # the most a stopped or failed fit waits for its last points and end state (after its checkpoint)
 FINISH_WAIT_S = 300.0  # the most a finished fit waits for them and its artifacts (model.pt uploads)
-SYSTEM_EVERY_S = 10.0  # between samples of a host's CPU, memory and GPU (MLflow's own default)
+SYSTEM_EVERY_S = 10.0  # between samples of a host's CPU, memory and GPU (MLflow's own default), unless the job sets
+# MLflow's MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL
 ARN = re.compile(r"arn:aws[a-z-]*:sagemaker:[a-z0-9-]+:\d{12}:mlflow-(tracking-server|app)/[A-Za-z0-9][A-Za-z0-9-]*")
 SDK_STAMP = re.compile(r"-\d{4}-\d{2}-\d{2}-\d{2}-\d{2}-\d{2}-\d{3}$")  # what the SDKs append to a job's base name
 
@@ -198,8 +199,9 @@ class Tracker:
         try:  # psutil (which the image has: sagemaker-training's), and NVML's pynvml for GPUs where installed
             from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
 
+            every = float(os.environ.get("MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL") or SYSTEM_EVERY_S)
             self._monitor = SystemMetricsMonitor(
-                run_id, sampling_interval=SYSTEM_EVERY_S, node_id=self.host, resume_logging=True, tracking_uri=self.uri
+                run_id, sampling_interval=every, node_id=self.host, resume_logging=True, tracking_uri=self.uri
             )
             self._monitor.start()
         except Exception as e:

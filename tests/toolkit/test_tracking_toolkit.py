@@ -48,13 +48,16 @@ def test_one_run_per_job_across_a_sigkill_and_a_sigterm(run_hosts, archive_dir, 
     the run keeps one point of it; SIGTERM in epoch 1 (KILLED, last.ckpt there); the last restart finishes (FINISHED):
     one run for the job, named after it, restarted twice; every metric's steps unique and increasing, train/loss at
     each of the 8 steps; the parameters once, the fault callbacks each restart added kept as changed values; model.pt
-    and config.yaml as artifacts; the run id in the checkpoint directory and in model_dir. The project's own
+    and config.yaml as artifacts; the run id in the checkpoint directory and in model_dir; the host's system metrics,
+    continued across the restarts. The project's own
     MLFlowLogger (trainer.logger) logs into the same run by the same rules: its train/acc once a step, its end state
     (Lightning's would be FAILED on the stop) the runtime's."""
     job = "chain-2026-11-27-18-00-00-000"
     env = {"MLFLOW_TRACKING_URI": mlflow_server.url, "TRAINING_JOB_NAME": job, "PYTHONPATH": PLUGINS}
+    env["MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL"] = "1"  # the host's metrics each second, not every 10 s
     data, client = {"training": archive_dir}, connect(mlflow_server.url)
     hps = {**tiny, **STEPS, "checkpoint.dirpath": str(tmp_path / "checkpoints"), "mlflow.log_model": True}
+    hps["mlflow.system_metrics"] = True
     # the project's own MLFlowLogger too; after TensorBoard, whose directory Lightning's CLI saves its config to
     # (first, a remote MLFlowLogger has none: Lightning's SaveConfigCallback fails, with or without the runtime)
     tensorboard = {"class_path": "pytorch_lightning.loggers.TensorBoardLogger", "init_args": {"save_dir": "tb"}}
@@ -87,7 +90,8 @@ def test_one_run_per_job_across_a_sigkill_and_a_sigterm(run_hosts, archive_dir, 
     # the project's MLFlowLogger's, by the same rule; Lightning logs a step's metrics at the steps done before it
     assert logged["train/acc"] == list(range(0, 8)), logged
     assert logged["val/acc"] == logged["val/loss"] == [4, 8]
-    assert all(s == sorted(set(s)) for s in logged.values()), logged
+    assert all(s == sorted(set(s)) for s in logged.values()), logged  # the host's system metrics' too
+    assert len(logged["system/localhost/cpu_utilization_percentage"]) > 1, logged
     assert run.data.params["trainer.max_epochs"] == "2" and run.data.params["mlflow.log_model"] == "true"
     # the first job's callbacks stay the run's; each restart's differ, recorded, and the job went on
     assert "KillWhenTracked" in run.data.params["trainer.callbacks"]
