@@ -23,6 +23,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
+from urllib.parse import urlsplit
 
 from sagemaker_lightning.lines import say
 
@@ -62,6 +63,17 @@ def flat(config: Mapping, prefix: str = "") -> dict[str, str]:
             text = value if isinstance(value, str) else json.dumps(value, default=str)
             out[name] = text[:MAX_VALUE]
     return out
+
+
+def shown(uri: str) -> str:
+    """`uri` without a user name or password, as lines and the run's record show it."""
+    try:
+        parts = urlsplit(uri)
+        if parts.username or parts.password:
+            return parts._replace(netloc=parts.netloc.rsplit("@", 1)[1]).geturl()
+    except ValueError:
+        pass
+    return uri
 
 
 def kind(e: BaseException) -> str:
@@ -106,6 +118,7 @@ class Run:
         opened: Callable[[str, str], None],
     ):
         self.uri, self.experiment, self.name, self.tags = uri, experiment, name, dict(tags)
+        self.shown = shown(uri)  # as the lines name the server
         self.continues, self.opened = continues, opened
         self.run_id: str | None = None
         self.experiment_id: str | None = None
@@ -145,7 +158,7 @@ class Run:
             self._points += len(points)
             if self._ops and self._ops[-1][0] == METRICS:  # one request for every point that waits
                 self._ops[-1][2].extend(points)
-            else:  # the thread is woken for a new request only: a wake-up a step cost the step 600 µs of CPU
+            else:  # the thread is woken for a new request only, not at every step
                 self._ops.append((METRICS, self._metrics, points))
                 self._cv.notify()
 
@@ -164,7 +177,7 @@ class Run:
         self._thread.join(wait_s)
         if self._thread.is_alive():
             say(
-                f"mlflow: gave up after {wait_s:g} s waiting for {self.uri}: the run's last points and its end "
+                f"mlflow: gave up after {wait_s:g} s waiting for {self.shown}: the run's last points and its end "
                 f"state {status} were not sent; training's results are not affected"
             )
 
@@ -192,7 +205,7 @@ class Run:
                     if self._trouble is None:
                         self._trouble = line
                         say(
-                            f"mlflow: {self.uri} does not answer ({line}): tracking retried, up to {QUEUE_MAX} points "
+                            f"mlflow: {self.shown} does not answer ({line}): tracking retried, up to {QUEUE_MAX} points "
                             "kept meanwhile; training goes on"
                         )
                     with self._cv:  # finish() cuts the wait short
@@ -200,18 +213,18 @@ class Run:
                     tries += 1
                     continue
                 if problem == "rejected" and what != OPEN:
-                    say(f"mlflow: {self.uri} rejected the request to {what} ({line}): skipped; training goes on")
+                    say(f"mlflow: {self.shown} rejected the request to {what} ({line}): skipped; training goes on")
                 else:
                     said = {
                         "refused": "refused the job's credentials, or it has none",
                         "rejected": f"rejected the request to {what}",
                     }
-                    self._drop(f"{self.uri} {said.get(problem, 'did not answer at the end')} ({line})")
+                    self._drop(f"{self.shown} {said.get(problem, 'did not answer at the end')} ({line})")
                     return
             tries = 0
             if self._trouble is not None:
                 self._trouble = None
-                say(f"mlflow: {self.uri} answers again: tracking goes on ({self._dropped} points dropped meanwhile)")
+                say(f"mlflow: {self.shown} answers again: tracking goes on ({self._dropped} points dropped meanwhile)")
             if what == METRICS:
                 with self._cv:
                     self._points -= len(payload)
@@ -233,7 +246,7 @@ class Run:
             except MlflowException as e:
                 if e.error_code != "RESOURCE_DOES_NOT_EXIST":
                     raise
-                say(f"mlflow: the run {self.continues} the job recorded is not on {self.uri}: a new run")
+                say(f"mlflow: the run {self.continues} the job recorded is not on {self.shown}: a new run")
         if run is None:
             experiment = client.get_experiment_by_name(self.experiment)
             if experiment is not None:
@@ -257,7 +270,7 @@ class Run:
             say(f"mlflow: could not record the run id ({type(e).__name__}: {e}): a restarted job starts a new run")
         self.is_open.set()
         continued = f"continued (restart {tags[RESTARTS]})" if tags else "created"
-        say(f"mlflow: run {self.run_id} {continued} in experiment {self.experiment!r} on {self.uri}")
+        say(f"mlflow: run {self.run_id} {continued} in experiment {self.experiment!r} on {self.shown}")
 
     def _log(self, metrics=(), params=None, tags=None) -> None:
         """One log_batch call per MLflow's limits (BATCH metrics, 100 params, 100 tags a request)."""

@@ -33,6 +33,7 @@ from urllib.parse import urlsplit
 from sagemaker_lightning.failure import UserError
 from sagemaker_lightning.flavor import attribute, made
 from sagemaker_lightning.lines import say
+from sagemaker_lightning.mlflow_run import shown
 from sagemaker_lightning.plan import global_rank_zero
 from sagemaker_lightning.redact import redacted
 
@@ -68,17 +69,6 @@ def check_uri(uri: str) -> str:
             "MLflow ARN (arn:aws:sagemaker:<region>:<account>:mlflow-tracking-server/<name>); set "
             "MLFLOW_TRACKING_URI or mlflow.tracking_uri to one"
         )
-    return uri
-
-
-def shown(uri: str) -> str:
-    """`uri` without a user name or password, as lines and RECORD show it."""
-    try:
-        parts = urlsplit(uri)
-        if parts.username or parts.password:
-            return parts._replace(netloc=parts.netloc.rsplit("@", 1)[1]).geturl()
-    except ValueError:
-        pass
     return uri
 
 

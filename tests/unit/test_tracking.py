@@ -114,6 +114,11 @@ def test_a_restart_continues_its_jobs_run_and_another_jobs_checkpoints_start_a_n
     assert "MLFLOW_RUN_ID=r0 continues that one instead" in capsys.readouterr().out
 
 
+def test_a_uri_is_shown_without_its_password():
+    assert mlflow_run.shown("https://user:secret@mlflow.example.com:443/x") == "https://mlflow.example.com:443/x"
+    assert mlflow_run.shown(SERVER) == SERVER
+
+
 def test_the_record_is_written_whole_and_read_back(tmp_path):
     assert tracking.read_record(str(tmp_path)) == {} and tracking.read_record(None) == {}
     tracking.write_record(str(tmp_path / "ckpts"), {"run_id": "r1", "job": "a"})
