@@ -16,6 +16,7 @@ No torch; mlflow is imported by the thread.
     python -c "from sagemaker_lightning import mlflow_run; print(mlflow_run.flat({'a': {'b': [1, 2]}}))"
 """
 
+import functools
 import json
 import os
 import re
@@ -98,6 +99,7 @@ def why(e: BaseException) -> str:
     return found.group(0).strip() if found else message[:200]
 
 
+@functools.cache  # a job logs the same few names at every step
 def key(name: str) -> str:
     """`name` as MLflow takes a metric's or a parameter's key: characters it refuses (a whole request fails on one)
     become "_", at most 250 characters."""
