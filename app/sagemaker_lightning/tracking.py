@@ -311,4 +311,9 @@ def callbacks(pl, plan, config, logger, config_yaml) -> list:
         _through(tracker, item)
     if own and global_rank_zero(plan, os.environ):
         say(f"mlflow: trainer.logger's MLFlowLogger logs into the job's run on {shown(uri)} (the runtime's rules)")
+        if any(item._log_model for item in own):
+            say(
+                "mlflow: MLFlowLogger(log_model=...) uploads checkpoints itself, on the training thread, unbounded: "
+                "mlflow.log_model=true logs model.pt and config.yaml from the run's thread instead"
+            )
     return [tracker]
