@@ -108,9 +108,9 @@ def test_two_hosts_one_run_from_rank_zero_and_a_server_gone_mid_run(run_hosts, a
     image's sagemaker-mlflow plugin takes the ARN, signs each request with the job's credentials (here dummy ones)
     and sends it to the server (here the local one: the plugin's SAGEMAKER_MLFLOW_CUSTOM_ENDPOINT). Global rank 0
     alone tracks, into one run. The server is killed at step 3 (once the run is open): the job trains on, exports its
-    model and succeeds; rank 0 says once that the server does not answer, and at the end that tracking was dropped;
-    the other host says nothing of MLflow. The server, started again, holds one run for the job, its steps unique
-    (two ranks logging would have doubled them)."""
+    model and succeeds; rank 0 says once that the server does not answer (retried), and at the end that tracking was
+    dropped; the other host says nothing of MLflow. The server, started again, holds one run for the job, its steps
+    unique (two ranks logging would have doubled them)."""
     job, arn = "pair-2026-11-27-18-00-00-000", "arn:aws:sagemaker:us-east-1:111122223333:mlflow-tracking-server/t"
     env = {"MLFLOW_TRACKING_URI": arn, "TRAINING_JOB_NAME": job, "PYTHONPATH": PLUGINS}
     env |= {
@@ -128,8 +128,10 @@ def test_two_hosts_one_run_from_rank_zero_and_a_server_gone_mid_run(run_hosts, a
     assert os.path.isfile(hosts[0].path("model", "model.pt"))
     said = lines(hosts[0].output)
     assert said[0].startswith("mlflow: run ") and said[0].endswith(f"created in experiment 'pair' on {arn}"), said
-    assert len([line for line in said if "does not answer" in line]) == 1, said
-    assert "tracking retried" in said[-2] and "tracking dropped for this job; training goes on" in said[-1], said
+    # once it is gone: retried (unless the job ended before its thread's next request), then dropped at the end
+    warnings = said[1:]
+    assert len(warnings) in (1, 2) and "tracking dropped for this job; training goes on" in warnings[-1], said
+    assert all("does not answer" in line and "tracking retried" in line for line in warnings[:-1]), said
     assert lines(hosts[1].output) == []
     client = connect(mlflow_server.url)
     run = the_run(client, "pair")
