@@ -4,6 +4,7 @@ costs a job one line and a bounded wait. tests/toolkit/test_tracking_toolkit.py 
 
 import os
 import re
+import socket
 import time
 
 import pytest
@@ -173,3 +174,23 @@ def test_a_server_nobody_answers_at_costs_one_line_and_a_bounded_end(free_port, 
     assert re.fullmatch(rf"mlflow: {uri} does not answer {refused}: tracking retried, .* training goes on", said[0])
     assert said[1].startswith(f"mlflow: {uri} did not answer at the end") and "tracking dropped" in said[1]
     assert not run._thread.is_alive()
+
+
+def test_a_server_that_accepts_and_never_answers_is_given_up_after_the_request_timeout(monkeypatch, capsys):
+    """A slow server: connections are accepted (the kernel's backlog) and nothing answers. Each request ends after
+    MLFLOW_HTTP_REQUEST_TIMEOUT (1 s here; the runtime's default 10 s), said once, and the end gives up too."""
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "1")
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(16)
+        uri = f"http://127.0.0.1:{silent.getsockname()[1]}"
+        run = mlflow_run.Run(uri, "e", "job", {}, None, lambda *_: None)
+        run.log({"train/loss": 0.5}, 1)
+        deadline = time.monotonic() + 30
+        while run._trouble is None:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        run.finish("KILLED", wait_s=30)
+    said = [line for line in capsys.readouterr().out.splitlines() if line.startswith("mlflow: ")]
+    assert len(said) == 2 and "timed out" in said[0] and "tracking retried" in said[0], said
+    assert said[1].startswith(f"mlflow: {uri} did not answer at the end") and not run._thread.is_alive(), said
