@@ -12,6 +12,7 @@ The last line is machine-readable:
     python scripts/bench_overhead.py                    # 1 and 2 processes, 5 runs each: about 6 minutes on 2 cores
     python scripts/bench_overhead.py --processes 2 --repeat 5 --profile
     python scripts/bench_overhead.py --accelerator gpu --processes 1   # on a GPU, one process per GPU (NCCL)
+    python scripts/bench_overhead.py --mlflow http://127.0.0.1:5000 --profile   # and tracking's cost (an `mlflow server`)
 """
 
 import argparse
@@ -79,7 +80,7 @@ def child(cli: str, out: str) -> None:
 
     if cli == "lightning":
         from lightning.pytorch.cli import LightningCLI
-    else:
+    else:  # "runtime", "mlflow": the runtime's, the second with a job's MLflow run (MLFLOW_TRACKING_URI)
         from sagemaker_lightning import LightningCLI
     profile = "simple" in sys.argv  # --trainer.profiler simple
     LightningCLI(Tiny, seed_everything_default=0)
@@ -117,7 +118,7 @@ def run(cli: str, processes: int, args: argparse.Namespace, profile: bool = Fals
             "MASTER_PORT": free_port(),
             "PYTHONPATH": os.pathsep.join(filter(None, [os.path.join(ROOT, "app"), os.environ.get("PYTHONPATH")])),
         }
-        if cli == "runtime":
+        if cli != "lightning":
             for d in ("model", "output/data", "checkpoints", "run"):
                 os.makedirs(os.path.join(tmp, d))
             env.update(
@@ -129,6 +130,8 @@ def run(cli: str, processes: int, args: argparse.Namespace, profile: bool = Fals
                 SAGEMAKER_BASE_DIR=tmp,
                 SAGEMAKER_LIGHTNING_RUN_DIR=os.path.join(tmp, "run"),
             )
+        if cli == "mlflow":
+            env.update(MLFLOW_TRACKING_URI=args.mlflow, TRAINING_JOB_NAME=f"bench-overhead-{processes}")
         env.update(BENCH_OVERHEAD_CLI=cli, BENCH_OVERHEAD_OUT=out, OMP_NUM_THREADS=str(args.threads))
         command = [
             sys.executable,
@@ -143,6 +146,7 @@ def run(cli: str, processes: int, args: argparse.Namespace, profile: bool = Fals
         command += ["--trainer.max_epochs", "1", "--trainer.logger", "false", "--trainer.enable_progress_bar", "false"]
         command += ["--trainer.enable_model_summary", "false", "--trainer.default_root_dir", tmp]
         command += ["--model.steps", str(args.steps), "--model.warmup", str(args.warmup)]
+        command += ["--trainer.log_every_n_steps", str(args.log_every_n_steps)]
         command += ["--trainer.profiler", "simple"] * profile
         done = subprocess.run(command, cwd=tmp, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         if done.returncode != 0 or not os.path.exists(out):
@@ -175,20 +179,27 @@ def main() -> int:
         "--threads", type=int, default=1, help="intra-op threads per process: the model needs none; idle ones spin"
     )
     parser.add_argument("--accelerator", choices=("cpu", "gpu"), default="cpu", help="gpu: a process per GPU, NCCL")
+    parser.add_argument(
+        "--mlflow", metavar="URI", help="also the runtime tracking its run there (an `mlflow server`): setup `mlflow`"
+    )
+    parser.add_argument(
+        "--log-every-n-steps", type=int, default=50, help="trainer.log_every_n_steps (Lightning's default)"
+    )
     args = parser.parse_args()
+    clis = (*CLIS, "mlflow") if args.mlflow else CLIS
     print(
         f"date: {time.strftime('%Y-%m-%d')}; {versions(args.accelerator)}; {args.threads} intra-op thread(s) a process"
     )
     summary, prefix = [], "gpu_" if args.accelerator == "gpu" else ""
     for processes in args.processes:
-        runs: dict[str, list[dict]] = {cli: [] for cli in CLIS}
+        runs: dict[str, list[dict]] = {cli: [] for cli in clis}
         for _ in range(args.repeat):
-            for cli in CLIS:
+            for cli in clis:
                 runs[cli].append(run(cli, processes, args))
-        median = {cli: statistics.median(r["steps_per_s"] for r in runs[cli]) for cli in CLIS}
-        cpu = {cli: statistics.median(r["cpu_us_per_step"] for r in runs[cli]) for cli in CLIS}
+        median = {cli: statistics.median(r["steps_per_s"] for r in runs[cli]) for cli in clis}
+        cpu = {cli: statistics.median(r["cpu_us_per_step"] for r in runs[cli]) for cli in clis}
         ratio = median["runtime"] / median["lightning"]
-        for cli in CLIS:
+        for cli in clis:
             listed = ", ".join(f"{r['steps_per_s']:.0f}" for r in runs[cli])
             print(
                 f"{processes} process(es), {cli:9s}: median {median[cli]:6.1f} steps/s (runs: {listed}); "
@@ -197,11 +208,18 @@ def main() -> int:
         print(
             f"{processes} process(es), runtime/lightning: {ratio:.3f} steps/s, {cpu['runtime'] / cpu['lightning']:.3f} CPU time"
         )
+        if args.mlflow:
+            tracked = median["mlflow"] / median["runtime"]
+            print(
+                f"{processes} process(es), mlflow/runtime: {tracked:.3f} steps/s, "
+                f"{cpu['mlflow'] / cpu['runtime']:.3f} CPU time (log_every_n_steps {args.log_every_n_steps})"
+            )
+            summary.append(f"{prefix}p{processes}_mlflow_ratio={tracked:.3f}")
         if args.profile:
-            hooks = {cli: run(cli, processes, args, profile=True)["hooks"] for cli in CLIS}
-            for name in sorted(set(hooks["lightning"]) | set(hooks["runtime"])):
+            hooks = {cli: run(cli, processes, args, profile=True)["hooks"] for cli in clis}
+            for name in sorted(set().union(*hooks.values())):
                 costs = "  ".join(
-                    f"{cli} {hooks[cli][name]:7.1f}" if name in hooks[cli] else f"{cli}       -" for cli in CLIS
+                    f"{cli} {hooks[cli][name]:7.1f}" if name in hooks[cli] else f"{cli}       -" for cli in clis
                 )
                 print(f"{processes} process(es), profiled µs/step: {costs}  {name}")
         summary += [f"{prefix}p{processes}_{cli}={median[cli]:.1f}" for cli in CLIS] + [

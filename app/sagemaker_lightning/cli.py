@@ -18,7 +18,8 @@ On SageMaker, in this order:
   2. the launch plan (plan.py) from the environment and the resolved trainer settings; its variables set; printed;
   3. the trainer, concern by concern (instantiate_trainer lists them): the strategy on the plan's cluster, backend
      and timeout (strategy.py; fsdp: sharding.py), checkpoints and resume (checkpoints/), progress lines, the stop
-     agreement (stop.py), pre-flight (preflight.py), the watchdog (watchdog.py), lr scaling (scaling.py);
+     agreement (stop.py), pre-flight (preflight.py), the watchdog (watchdog.py), lr scaling (scaling.py),
+     MLflow tracking (tracking.py);
   4. any failure: one line on stderr and in the failure file (failure.py), exit code 1 (143 when stopped).
 
     python app/example/train.py --help
@@ -52,6 +53,7 @@ from sagemaker_lightning import (
     stop,
     strategy,
     subcommands,
+    tracking,
     watchdog,
 )
 from sagemaker_lightning.lines import say
@@ -245,6 +247,7 @@ class LightningCLI:
             *preflight.callbacks(pl, plan, config),  # checks before the first step
             *watch,
             *scaling.callbacks(pl, config),  # scale_lr_by_world_size
+            *tracking.callbacks(pl, plan, config, given.get("logger"), self._config_yaml),  # MLflow, one run a job
         ]
         plugins = checkpoints.plugins(pl, plan.on_sagemaker, point)
         if plugins or "plugins" in kwargs:

@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from jsonargparse.typing import PositiveFloat
 
-from sagemaker_lightning import flavor, preflight, watchdog
+from sagemaker_lightning import flavor, preflight, tracking, watchdog
 from sagemaker_lightning.checkpoints.last import AUTO_INTERVAL_S
 from sagemaker_lightning.plan import DEFAULT_TIMEOUT_S
 from sagemaker_lightning.sharded_model import FSDPSettings
@@ -58,6 +58,27 @@ SETTINGS = (
         "instance type and host count, where there is one (instances.py)",
     ),
     Setting("scale_lr_by_world_size", bool, False, "optimizer lr × number of processes"),
+    # experiment tracking in MLflow (tracking.py): one run per job, continued across restarts
+    Setting(
+        "mlflow.tracking_uri",
+        str | None,
+        None,
+        "an http(s) URL or a SageMaker MLflow tracking server's or app's ARN; null: on SageMaker MLFLOW_TRACKING_URI, "
+        "else no tracking",
+    ),
+    Setting(
+        "mlflow.experiment_name",
+        str | None,
+        None,
+        "null: MLFLOW_EXPERIMENT_NAME, else the job's name less its timestamp, else " + tracking.DEFAULT_EXPERIMENT,
+    ),
+    Setting("mlflow.log_model", bool, False, "model.pt and config.yaml as the run's artifacts after fit"),
+    Setting(
+        "mlflow.system_metrics",
+        bool,
+        False,
+        f"each host's CPU, memory and GPU utilisation in the run, every {tracking.SYSTEM_EVERY_S:g} s",
+    ),
 )
 
 

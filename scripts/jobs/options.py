@@ -76,6 +76,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         help="s3://... for TensorBoard logs written during training (else in output.tar.gz)",
     )
     p.add_argument(
+        "--mlflow",
+        default=None,
+        metavar="URI",
+        help="track the job in MLflow: MLFLOW_TRACKING_URI in its environment, an http(s) URL or a SageMaker MLflow "
+        "tracking server's or app's ARN (one run per job, across restarts: README, Experiment tracking)",
+    )
+    p.add_argument(
         "--network-isolation",
         action="store_true",
         help="no network access from the containers (data through channels only)",

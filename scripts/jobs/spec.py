@@ -17,7 +17,8 @@ import re
 import sys
 import time
 
-from sagemaker_lightning import lines, paths
+from sagemaker_lightning import lines, paths, tracking
+from sagemaker_lightning.failure import UserError
 from sagemaker_lightning.lines import METRICS  # the runtime's lines, read into CloudWatch metrics
 
 LOCAL_ROLE = "arn:aws:iam::111111111111:role/service-role/LocalModeRole"  # local mode needs a role ARN, checks none
@@ -155,6 +156,13 @@ def make_job(args: argparse.Namespace, installed: str | None = None) -> Job:
     hps.update(framework_hyperparameters(args.distribution, args.instance_type, args.processes_per_host))
     env = {"DATA_CHANNEL": args.channel, **({"LAUNCHER": "torchrun"} if args.launcher == "torchrun" else {})}
     env.update(key_values(args.env, "NCCL_DEBUG=INFO"))
+    if args.mlflow:
+        try:
+            env["MLFLOW_TRACKING_URI"] = tracking.check_uri(args.mlflow)
+        except UserError as e:
+            raise SystemExit(f"error: --mlflow: {e}") from None
+        if args.network_isolation:
+            raise SystemExit("error: --mlflow needs the network, which --network-isolation takes from the job")
     tags = key_values(args.tag, "project=cifar10")
     metrics = dict(METRICS)
     for given in args.metric:

@@ -48,6 +48,47 @@ class KillRank(pl.Callback):
             os.kill(os.getpid(), signal.SIGKILL)
 
 
+class KillWhenTracked(pl.Callback):
+    """SIGKILL this process (a one-host job's) at the start of the step after global step `step`, once the job's
+    MLflow run holds train/loss at `step`: a job restarted from an earlier checkpoint trains steps the run has."""
+
+    def __init__(self, step: int = 3):
+        self.step = step
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        if trainer.global_step != self.step:
+            return
+        from mlflow.tracking import MlflowClient
+
+        from sagemaker_lightning.tracking import read_record
+
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            run_id = read_record(trainer.checkpoint_callback.dirpath).get("run_id")
+            history = MlflowClient().get_metric_history(run_id, "train/loss") if run_id else []
+            if any(m.step == self.step for m in history):
+                os.kill(os.getpid(), signal.SIGKILL)
+            time.sleep(0.1)
+        raise AssertionError(f"the run did not hold train/loss at step {self.step} within 60 s")
+
+
+class KillProcess(pl.Callback):
+    """SIGKILL another process group (a server the job uses: conftest.MlflowServer) from global rank 0 at the start
+    of global step `step`."""
+
+    def __init__(self, pid: int, step: int = 2):
+        self.pid, self.step = pid, step
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        if trainer.is_global_zero and trainer.global_step == self.step:
+            from sagemaker_lightning.tracking import read_record
+
+            deadline = time.monotonic() + 60  # once the job's run is open: what it held is read afterwards
+            while not read_record(trainer.checkpoint_callback.dirpath) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            os.killpg(self.pid, signal.SIGKILL)
+
+
 class Pace(pl.Callback):
     """Each training step from `step` on lasts at least `seconds`: a kill that a test sends when it sees an earlier
     step's line (which passes through docker compose and the SDK first) lands before the job ends, however fast the

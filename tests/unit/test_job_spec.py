@@ -59,6 +59,13 @@ def test_a_cloud_job_is_resolved_from_its_options():
         cloud.role = "another"
 
 
+@pytest.mark.parametrize("uri", ["http://10.0.0.5:5000", "arn:aws:sagemaker:us-east-1:111122223333:mlflow-app/app-1"])
+def test_mlflow_goes_into_the_jobs_environment_as_aws_examples_pass_it(uri):
+    """Both SDKs' adapters send job.environment as it is (tests/cloud/test_cloud_jobs.py checks the request)."""
+    assert job(*CLOUD, "--mlflow", uri).environment["MLFLOW_TRACKING_URI"] == uri
+    assert "MLFLOW_TRACKING_URI" not in job(*CLOUD).environment
+
+
 def test_a_local_job_gets_the_dummy_role_and_its_own_tensorboard_setting():
     local = job(*LOCAL, "--tensorboard", "s3://b/tb", "logger.save_dir=mine")
     assert local.local and local.role == spec.LOCAL_ROLE and local.output == f"file://{os.path.abspath('o')}"
@@ -99,6 +106,9 @@ def test_what_sdk3_refuses_sdk2_runs():
         ("v2", [*CLOUD, "--tag", "oops"], "'oops' is not key=value, e.g. project=cifar10"),
         ("v2", ["--sdk", "v3", *LOCAL], "--sdk v3 needs SageMaker SDK 3.x, but 2.x is installed here"),
         ("v3", [*LOCAL[:-1], "s3://b/out"], "SDK 3.x local mode writes its artifacts to a local --output directory"),
+        ("v2", [*CLOUD, "--mlflow", "mlflow.internal:5000"], "--mlflow: the MLflow tracking URI mlflow.internal:5000 "),
+        ("v3", [*CLOUD, "--mlflow", "arn:aws:sagemaker:us-east-1:1:mlflow-app/a"], "--mlflow: the MLflow tracking URI"),
+        ("v2", [*CLOUD, "--mlflow", "http://m:5000", "--network-isolation"], "--mlflow needs the network"),
     ],
 )
 def test_a_bad_option_fails_in_one_line_before_the_sdk_is_imported(sdk, words, message, tmp_path):

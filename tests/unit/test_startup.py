@@ -28,6 +28,8 @@ LIGHT = (
     "sagemaker_lightning.lines",
     "sagemaker_lightning.flavor",
     "sagemaker_lightning.quiet",
+    "sagemaker_lightning.tracking",  # its URI check runs in scripts/run_sagemaker.py too, where no torch is
+    "sagemaker_lightning.mlflow_run",
 )
 HEAVY = ("torch", "lightning", "pytorch_lightning", "lightning_fabric", "numpy")  # none of them on the start-up path
 
