@@ -6,6 +6,7 @@ import os
 import boto3
 import numpy as np
 import pytest
+import torch
 
 from sagemaker_lightning import UserError, streaming
 
@@ -33,3 +34,32 @@ def test_a_cache_too_small_for_one_chunk_is_one_line(aws, tmp_path):
     ), str(raised.value)
     roomy = StreamingDataset("s3://datasets/ids", cache_dir=str(tmp_path / "cache2"), max_cache_size=100_000)
     streaming.check(StreamingDataLoader(roomy, batch_size=5), 0, 1, None)
+
+
+def test_the_example_streams_cifar_from_s3_and_from_a_channel(aws, archive_dir, tmp_path):
+    """The example's StreamingCIFAR10DataModule on what upload_data.py --format litdata writes: from its s3:// prefix
+    (moto), and from a directory that holds it (a channel); each trains its steps. The crops are the same for the
+    same (epoch, id) in any process, other in another epoch."""
+    import optimize_data
+    import train
+    from streaming_data import Augment
+
+    files = optimize_data.optimize(archive_dir, str(tmp_path / "optimized"), "64KB")
+    s3 = boto3.client("s3")
+    s3.create_bucket(Bucket="datasets")
+    for name, path in files.items():
+        s3.upload_file(path, "datasets", f"cifar-litdata/{name}")
+    tiny = ["--trainer.max_epochs=1", "--trainer.limit_train_batches=2", "--trainer.limit_val_batches=1",
+            "--trainer.accelerator=cpu", f"--logger.save_dir={tmp_path}",
+            "--trainer.enable_progress_bar=false", "--model.arch=mobilenet_v3_small", "--data=StreamingCIFAR10DataModule",
+            "--data.batch_size=16", "--data.num_workers=0", "--trainer.precision=32-true"]  # fmt: skip
+    for data_dir in ("s3://datasets/cifar-litdata/", str(tmp_path / "optimized")):
+        cli = train.main([*tiny, f"--data.data_dir={data_dir}", f"--trainer.default_root_dir={tmp_path}"])
+        assert cli.trainer.global_step == 2
+    augment = Augment(seed=42, train=True)
+    augment.dataset = type("Dataset", (), {"current_epoch": 1})()
+    item = {"id": 3, "image": np.arange(32 * 32 * 3, dtype=np.uint8).reshape(32, 32, 3), "label": 5}
+    first, again = augment(item), augment(item)
+    augment.dataset.current_epoch = 2
+    assert first[1] == 5 and first[0].shape == (3, 32, 32) and torch.equal(first[0], again[0])
+    assert not torch.equal(augment(item)[0], first[0])
