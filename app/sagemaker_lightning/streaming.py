@@ -64,8 +64,8 @@ def check(loader, rank: int, world_size: int, checkpoint_dir: str | None) -> Non
         )
     if getattr(loader, "persistent_workers", False):
         raise UserError(
-            "StreamingDataLoader(persistent_workers=True) cannot resume exactly: its workers keep the position of "
-            "the epoch they started in; leave persistent_workers unset"
+            "StreamingDataLoader(persistent_workers=True) cannot resume exactly: its workers keep their own copy of "
+            "the position and the epoch, out of the trainer's reach; leave persistent_workers unset"
         )
     for dataset in datasets(loader):
         made_for = (dataset.distributed_env.world_size, dataset.distributed_env.global_rank)
@@ -249,12 +249,15 @@ class StreamingEpochs:
                 loader.restore = False  # a position in another epoch (one Lightning counts as done)
             if not loader.restore:  # the loader adds 1 when the epoch's first batch is asked for
                 loader.current_epoch = trainer.current_epoch
+        if self._seed is None:  # a step pays for the hook below only where data streams (Lightning skips None)
+            self.on_train_batch_start = None
+        else:
+            vars(self).pop("on_train_batch_start", None)
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
         """What the step draws (dropout) is the same in a resumed run as in the uninterrupted one, as ResumableEpoch
         makes it for the runtime's own loaders: the generators seeded from the dataset's seed, the epoch, the batch."""
-        if self._seed is not None:
-            seed_all(hash((self._seed, trainer.current_epoch, batch_idx)))
+        seed_all(hash((self._seed, trainer.current_epoch, batch_idx)))
 
     def on_train_epoch_end(self, trainer, pl_module):
         for loader in training_loaders(trainer):

@@ -141,3 +141,20 @@ def test_a_directory_without_an_optimized_dataset_is_one_line(tmp_path, optimize
     (tmp_path / "cifar-10-python.tar.gz").write_bytes(b"x")
     with pytest.raises(UserError, match=r"is not a dataset litdata optimized: it has no index.json \(holds cifar-10"):
         streaming.check_source(str(tmp_path))
+
+
+def test_a_step_pays_for_the_seeding_hook_only_where_data_streams(optimized, tmp_path):
+    """Lightning skips a hook that is None: a job whose training data does not stream calls nothing more per step."""
+    from types import SimpleNamespace
+
+    def trainer(*loaders):
+        combined = SimpleNamespace(flattened=list(loaders))
+        return SimpleNamespace(fit_loop=SimpleNamespace(_combined_loader=combined), current_epoch=3)
+
+    callback = streaming.StreamingEpochs(None)
+    callback.on_train_epoch_start(trainer(object()), None)
+    assert callback.on_train_batch_start is None
+    streamed = loader(optimized, tmp_path, dataset={"seed": 5})
+    callback.on_train_epoch_start(trainer(streamed), None)
+    assert callable(callback.on_train_batch_start) and callback._seed == 5
+    assert streamed.current_epoch == 3  # the trainer's: the loader adds 1 when the epoch's first batch is asked for
