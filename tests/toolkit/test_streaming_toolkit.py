@@ -76,16 +76,19 @@ def fault(name: str, **arguments) -> dict:
     return {"trainer.callbacks+": f"faults.{name}", **{f"trainer.callbacks.{k}": v for k, v in arguments.items()}}
 
 
-# hosts, DataLoader workers, epochs, the stops in turn (each run after the first resumes from the one before)
+# hosts, DataLoader workers, epochs, the stops in turn, each run after the first resuming from what the one before
+# left: last.ckpt every 5 steps and at each epoch's end (12 steps on two hosts, 24 on one), and the stop's. Two hosts:
+# resumes from the stop's save in epoch 0, then from epoch 0's end; one host: from step 5's, then from the stop's
+# (the last item: a save some run resumes from).
 CHAINS = {
-    "two hosts": (["localhost", "127.0.0.1"], 0, 2, [fault("StopJob", step=6), fault("KillRank", rank=1, step=19)]),
-    "one host, two workers": (["localhost"], 2, 2, [fault("KillRank", rank=0, step=7), fault("StopJob", step=30)]),
+    "two hosts": (["localhost", "127.0.0.1"], 0, 2, [fault("StopJob", step=6), fault("KillRank", rank=1, step=14)], 12),
+    "one host, two workers": (["localhost"], 2, 2, [fault("KillRank", rank=0, step=7), fault("StopJob", step=30)], 5),
 }
 
 
 @pytest.mark.parametrize("chain", CHAINS)
 def test_streamed_data_resumes_at_the_exact_sample(run_hosts, ids_on_s3, tmp_path, chain):
-    hosts, workers, epochs, stops = CHAINS[chain]
+    hosts, workers, epochs, stops, resumed_from = CHAINS[chain]
     per_epoch = SAMPLES // len(hosts) // BATCH
     hps = {
         "sagemaker_program": "train.py",
@@ -96,7 +99,7 @@ def test_streamed_data_resumes_at_the_exact_sample(run_hosts, ids_on_s3, tmp_pat
         "data.data_dir": ids_on_s3,
         "data.batch_size": BATCH,
         "data.num_workers": workers,
-        "last_checkpoint_every_n_steps": 4,
+        "last_checkpoint_every_n_steps": 5,
         "dist_timeout": 60,
         "preflight": "off",
     }
@@ -114,11 +117,12 @@ def test_streamed_data_resumes_at_the_exact_sample(run_hosts, ids_on_s3, tmp_pat
         assert ids == list(range(SAMPLES)), f"epoch {epoch}"
     hps["checkpoint.dirpath"] = str(tmp_path / "checkpoints")  # every host's, as S3 syncs it
 
-    chained, ends, start = {}, [], 0
+    chained, ends, start, starts = {}, [], 0, []
     for more in [*stops, None]:
         hosts_run = run(more)
         assert more is None or all(h.returncode != 0 for h in hosts_run), hosts_run[0].output[-3000:]
         assert resumed_at(hosts_run[0].output) == start, hosts_run[0].output[-3000:]
+        starts.append(start)
         for h in hosts_run:
             started = steps(h.output)
             assert min(s for _, s in started) == start, h.output[-3000:]  # nothing before the save again
@@ -127,6 +131,7 @@ def test_streamed_data_resumes_at_the_exact_sample(run_hosts, ids_on_s3, tmp_pat
         saves = re.findall(r"saved last\.ckpt at epoch \d+ step (\d+)", hosts_run[0].output)
         start = int(saves[-1]) if saves else start
     assert [h.returncode for h in hosts_run] == [0] * len(hosts), hosts_run[0].output[-3000:]
+    assert resumed_from in starts, starts  # an epoch end's last.ckpt (two hosts), a mid-epoch one by steps (one)
     assert chained == expected  # each rank's ids at each step, the epoch of each step too
     assert sorted(ends) == sorted((r, e, (e + 1) * per_epoch) for r in range(len(hosts)) for e in range(epochs))
     assert final(hosts_run[0].output) == final(uninterrupted[0].output)
