@@ -63,3 +63,18 @@ def test_the_example_streams_cifar_from_s3_and_from_a_channel(aws, archive_dir, 
     augment.dataset.current_epoch = 2
     assert first[1] == 5 and first[0].shape == (3, 32, 32) and torch.equal(first[0], again[0])
     assert not torch.equal(augment(item)[0], first[0])
+
+
+def test_litdatas_bare_s3_error_is_one_line(aws, tmp_path):
+    """A project that makes its StreamingDataset without check_source, on a prefix with no index.json: litdata's
+    bare 404 becomes one line without a traceback (sagemaker_lightning/failure.py)."""
+    from litdata import StreamingDataset
+
+    from sagemaker_lightning import failure
+
+    boto3.client("s3").create_bucket(Bucket="datasets")
+    with pytest.raises(Exception) as raised:
+        StreamingDataset("s3://datasets/nothing", cache_dir=str(tmp_path / "cache"))
+    line, code, traceback, file = failure.explain(raised.value, stage="train")
+    assert line.startswith("a streamed dataset could not be read from S3 (HeadObject: 404 Not Found): its s3:// ")
+    assert (code, traceback, file) == (1, False, True)
