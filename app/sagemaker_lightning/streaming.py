@@ -62,11 +62,6 @@ def check(loader, rank: int, world_size: int, checkpoint_dir: str | None) -> Non
             "a CombinedStreamingDataset with weights cannot resume exactly (litdata restores no position in it); "
             "iterate over all its datasets (no weights) or give each its own loader"
         )
-    if getattr(loader, "persistent_workers", False):
-        raise UserError(
-            "StreamingDataLoader(persistent_workers=True) cannot resume exactly: its workers keep their own copy of "
-            "the position and the epoch, out of the trainer's reach; leave persistent_workers unset"
-        )
     for dataset in datasets(loader):
         made_for = (dataset.distributed_env.world_size, dataset.distributed_env.global_rank)
         if made_for != (world_size, rank):

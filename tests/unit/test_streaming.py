@@ -44,8 +44,6 @@ def test_a_loader_that_can_resume_passes(optimized, tmp_path):
          "module's setup() or train_dataloader()"),
         ("overridden state", 0, 1, {"force_override_state_dict": True}, {},
          "StreamingDataset(force_override_state_dict=True) cannot resume exactly"),
-        ("persistent workers", 0, 1, {}, {"num_workers": 1, "persistent_workers": True},
-         "StreamingDataLoader(persistent_workers=True) cannot resume exactly"),
         ("cache in the checkpoints", 0, 1, {"cache_dir": "CHECKPOINTS/cache"}, {},
          "the streaming cache CHECKPOINTS/cache is inside the checkpoint directory CHECKPOINTS, which SageMaker uploads"),
     ],
