@@ -32,6 +32,8 @@ def main(argv: list[str] | None = None) -> int:
     """The command: options → the checked job (spec.make_job, before any SDK import) → SDK 2.x or 3.x starts it, its
     log passing through ValidationWatch → the model's path, or one line saying why the job failed."""
     job = spec.make_job(options.parse_args(sys.argv[1:] if argv is None else argv))
+    if job.channel_input_mode != job.input_mode:
+        print(f"note: {spec.LOCAL_FASTFILE}", file=sys.stderr)
     if job.local and "checkpoints" in job.inputs:
         os.makedirs(job.inputs["checkpoints"][len("file://") :], exist_ok=True)
     watch = ValidationWatch(sys.stdout)

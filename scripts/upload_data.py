@@ -7,8 +7,13 @@ cifar-10-batches-py/. Without --from it downloads the official CIFAR-10 into dat
 sums; reused when already there, as by `make local`). The prefix must be empty: a job's channel receives every object
 under it, stale ones included.
 
+--format litdata uploads litdata's optimized format instead (scripts/optimize_data.py: CIFAR-10, or a folder of
+images): train/ and test/, each chunk files and index.json, what a job streams from S3 instead of copying it whole
+(app/example/streaming_data.py: --data=StreamingCIFAR10DataModule --data.data_dir s3://...).
+
     python scripts/upload_data.py s3://my-bucket/points --from data/points          # any folder of yours
     python scripts/upload_data.py s3://my-bucket/cifar10                            # downloads CIFAR-10 first
+    python scripts/upload_data.py s3://my-bucket/cifar10-litdata --format litdata   # streamed, not copied
 """
 
 import argparse
@@ -16,6 +21,7 @@ import contextlib
 import os
 import re
 import sys
+import tempfile
 
 import boto3
 from boto3.exceptions import S3UploadFailedError
@@ -23,6 +29,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 import aws_account
 import make_dataset
+import optimize_data
 
 DOWNLOADS = os.path.join("data", "cifar10")
 
@@ -86,9 +93,25 @@ def main() -> int:
         dest="source",
         help="a local directory: every file under it (CIFAR-10's layouts: only its files); default: download CIFAR-10",
     )
+    parser.add_argument(
+        "--format",
+        choices=["files", "litdata"],
+        default="files",
+        help="files: as they are; litdata: litdata's optimized chunks, which a job streams (scripts/optimize_data.py)",
+    )
+    parser.add_argument(
+        "--chunk-bytes", default=optimize_data.DEFAULT_CHUNK_BYTES, help="with --format litdata: each chunk's size"
+    )
     args = parser.parse_args()
     bucket, prefix = s3_prefix(args.destination)
-    files = dataset_files(args.source) if args.source else None  # local checks first: they are instant
+    with tempfile.TemporaryDirectory(prefix="optimized-") as optimized:
+        return upload(args, bucket, prefix, optimized)
+
+
+def upload(args, bucket: str, prefix: str, optimized: str) -> int:
+    """Check, download when no --from, convert for --format litdata (into `optimized`), upload; print the URI."""
+    source = args.source
+    files = dataset_files(source) if source else None  # local checks first: they are instant
     session = boto3.Session()
     aws_account.account(session, need_region=False)  # S3 needs no region; bad credentials stop here, before a download
     s3 = session.client("s3")
@@ -96,11 +119,15 @@ def main() -> int:
     if files is None:
         try:
             with contextlib.redirect_stdout(sys.stderr):  # torchvision's messages: stdout is the URI alone
-                files = dataset_files(os.path.dirname(make_dataset.cifar10(DOWNLOADS)))
+                source = os.path.dirname(make_dataset.cifar10(DOWNLOADS))
         except (OSError, RuntimeError) as e:  # no network (URLError is an OSError), or a corrupt download
             raise SystemExit(
                 f"error: cannot download CIFAR-10 ({e}); pass --from DIR, a directory with the data"
             ) from None
+        files = dataset_files(source)
+    if args.format == "litdata":
+        print(f"optimizing {source} for litdata ({args.chunk_bytes} chunks)", file=sys.stderr)
+        files = optimize_data.optimize(source, optimized, args.chunk_bytes)
     for name, path in files.items():
         print(
             f"uploading {path} ({os.path.getsize(path) / 1e6:.1f} MB) to s3://{bucket}/{prefix}/{name}", file=sys.stderr

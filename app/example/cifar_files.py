@@ -12,6 +12,8 @@ never read.
 
 import os
 import pickle
+import tarfile
+import zlib
 
 import numpy as np
 from PIL import Image
@@ -107,10 +109,11 @@ def checked(entry, num_classes: int) -> tuple[np.ndarray, list[int]]:
     return data, labels
 
 
-def read_batch(path: str, num_classes: int) -> tuple[np.ndarray, list[int]]:
-    """One batch file's images and labels (see `checked`); a UserError naming the file otherwise."""
+def read_batch(path: str, num_classes: int, opened=None) -> tuple[np.ndarray, list[int]]:
+    """One batch file's images and labels (see `checked`); a UserError naming the file otherwise. `opened`: the file
+    already open (a member of the archive), `path` then only names it."""
     try:
-        with open(path, "rb") as f:
+        with opened or open(path, "rb") as f:
             entry = BatchUnpickler(f, encoding="latin1").load()  # latin1: python 2's strings, as torchvision loads
     except Refused as e:
         raise UserError(
@@ -128,12 +131,36 @@ def read_batch(path: str, num_classes: int) -> tuple[np.ndarray, list[int]]:
         raise UserError(f"{path} is not a CIFAR-10 batch: {e}; {FIX}") from None
 
 
-def read_split(folder: str, train: bool, num_classes: int) -> tuple[np.ndarray, list[int]]:
+def archive_members(archive: str, names: list[str]):
+    """The batch files `names` of the archive, as (name, open file) pairs read from it in place: only the members
+    of those names are read, no member path is ever used, and nothing is written to disk (a FastFile channel
+    streams the archive once, from S3)."""
+    try:
+        with tarfile.open(archive) as tar:
+            for name in names:
+                try:
+                    member = tar.extractfile(f"{FOLDER}/{name}")
+                except KeyError:
+                    raise UserError(
+                        f"{archive} has no {FOLDER}/{name}; pack the files as the official {ARCHIVE}"
+                    ) from None
+                if member is None:
+                    raise UserError(
+                        f"{archive}'s {FOLDER}/{name} is not a file; pack the files as the official {ARCHIVE}"
+                    )
+                yield f"{archive}:{FOLDER}/{name}", member
+    except (tarfile.TarError, EOFError, zlib.error) as e:
+        raise UserError(f"{archive} is not a readable tar.gz ({e}); upload the official {ARCHIVE}") from None
+
+
+def read_split(source: str, train: bool, num_classes: int) -> tuple[np.ndarray, list[int]]:
     """A split's images (uint8 N×SIZE×SIZE×3, channels last: a view of the files' planes) and labels, in file order:
-    torchvision's CIFAR10 `data` and `targets`, to the byte."""
-    batches = [
-        read_batch(os.path.join(folder, name), num_classes) for name in (TRAIN_BATCHES if train else TEST_BATCHES)
-    ]
+    torchvision's CIFAR10 `data` and `targets`, to the byte. `source`: the folder of batch files, or the archive."""
+    names = TRAIN_BATCHES if train else TEST_BATCHES
+    if os.path.isdir(source):
+        batches = [read_batch(os.path.join(source, name), num_classes) for name in names]
+    else:
+        batches = [read_batch(path, num_classes, f) for path, f in archive_members(source, names)]
     images = np.vstack([data for data, _ in batches]).reshape(-1, 3, SIZE, SIZE).transpose((0, 2, 3, 1))
     return images, [y for _, labels in batches for y in labels]
 
@@ -146,8 +173,9 @@ class CIFAR10Files(Dataset):
         self.data, self.targets, self.transform = data, targets, transform
 
     @classmethod
-    def read(cls, folder: str, train: bool, num_classes: int, transform=None) -> "CIFAR10Files":
-        return cls(*read_split(folder, train, num_classes), transform)
+    def read(cls, source: str, train: bool, num_classes: int, transform=None) -> "CIFAR10Files":
+        """From the folder of batch files, or from the archive itself."""
+        return cls(*read_split(source, train, num_classes), transform)
 
     def __len__(self) -> int:
         return len(self.data)

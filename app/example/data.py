@@ -1,8 +1,8 @@
 """CIFAR-10 as LightningDataModules: the files, the split, and the DataLoader path.
 
 `data_dir` holds either the extracted `cifar-10-batches-py/` or the official archive `cifar-10-python.tar.gz`
-(what users upload to S3). Files in the official format with other content (scripts/make_dataset.py) load too; a
-batch that would run code does not (cifar_files.py reads them). CIFAR10Base finds, unpacks, reads, checks and splits
+(what users upload to S3), read in place: a FastFile channel streams it from S3, nothing is copied to disk. Files in the official format with other content (scripts/make_dataset.py) load too; a
+batch that would run code does not (cifar_files.py reads them). CIFAR10Base finds, reads, checks and splits
 the files; CIFAR10DataModule augments in DataLoader workers (PIL transforms), device_data.DeviceCIFAR10DataModule
 on the training device. Each training image's crop and flip are drawn from a generator seeded by (seed, epoch,
 index): a resumed run augments as the uninterrupted one did, whichever worker process loads the image.
@@ -12,13 +12,8 @@ index): a resumed run augments as the uninterrupted one did, whichever worker pr
 """
 
 import copy
-import hashlib
 import os
-import shutil
-import tarfile
-import tempfile
 import urllib.error
-import zlib
 
 import pytorch_lightning as pl
 import torch
@@ -28,7 +23,7 @@ from torchvision import transforms as T
 from torchvision.datasets.utils import download_and_extract_archive
 from torchvision.transforms import functional as TF
 
-from cifar_files import ARCHIVE, FOLDER, META, SIZE, TEST_BATCHES, TRAIN_BATCHES, CIFAR10Files
+from cifar_files import ARCHIVE, FOLDER, SIZE, CIFAR10Files
 from sagemaker_lightning import ResumableDataLoader, UserError
 
 MEAN = (0.4914, 0.4822, 0.4465)  # per-channel mean of the CIFAR-10 training images
@@ -37,7 +32,7 @@ PAD = 4  # training crops: SIZE×SIZE out of the image padded with PAD black pix
 
 
 class CIFAR10Base(pl.LightningDataModule):
-    """What every CIFAR-10 pipeline shares: finding, unpacking, reading, checking and splitting the files.
+    """What every CIFAR-10 pipeline shares: finding, reading, checking and splitting the files.
 
     Subclasses turn the raw images (uint8, N×32×32×3) of a split into datasets (`_subset`) and batches.
     """
@@ -73,29 +68,19 @@ class CIFAR10Base(pl.LightningDataModule):
         self.download = download
         self.seed = seed
 
-    def _extract_dir(self) -> str:
-        """Where this node unpacks the archive: outside data_dir, which may be read-only or the user's own folder."""
-        stat = os.stat(os.path.join(self.data_dir, ARCHIVE))
-        key = f"{os.path.abspath(self.data_dir)}:{stat.st_size}:{stat.st_mtime_ns}"
-        return os.path.join(tempfile.gettempdir(), "cifar10-" + hashlib.sha1(key.encode()).hexdigest()[:12])
-
-    def _root(self) -> str | None:
-        """The directory that holds cifar-10-batches-py/, or None when there is none yet."""
-        if os.path.isdir(os.path.join(self.data_dir, FOLDER)):
-            return self.data_dir
-        if os.path.isfile(os.path.join(self.data_dir, ARCHIVE)) and os.path.isdir(
-            os.path.join(self._extract_dir(), FOLDER)
-        ):
-            return self._extract_dir()
+    def _source(self) -> str | None:
+        """The folder cifar-10-batches-py/, else the archive, read in place (a FastFile channel streams it from S3,
+        nothing is copied to disk); None when data_dir holds neither yet."""
+        for source in (os.path.join(self.data_dir, FOLDER), os.path.join(self.data_dir, ARCHIVE)):
+            if os.path.exists(source):
+                return source
         return None
 
     def prepare_data(self) -> None:
-        """Once per node (local rank 0): unpack the archive, or download when allowed."""
-        if self._root():
+        """Once per node (local rank 0): download when allowed and data_dir holds no data."""
+        if self._source():
             return
-        if os.path.isfile(os.path.join(self.data_dir, ARCHIVE)):
-            self._extract()
-        elif self.download:
+        if self.download:
             official = torchvision.datasets.CIFAR10
             try:  # the md5-checked archive, unpacked; read as any data_dir is, never by torchvision's pickle.load
                 download_and_extract_archive(official.url, self.data_dir, filename=ARCHIVE, md5=official.tgz_md5)
@@ -109,38 +94,10 @@ class CIFAR10Base(pl.LightningDataModule):
                 "give the job's data channel the data, or pass --data.download true where there is internet"
             )
 
-    def _extract(self) -> None:
-        """Copy out the seven known files by name: no member path from the archive is ever used."""
-        archive, target = os.path.join(self.data_dir, ARCHIVE), self._extract_dir()
-        names = TRAIN_BATCHES + TEST_BATCHES + [META]
-        staging = tempfile.mkdtemp(dir=os.path.dirname(target))
-        try:
-            with tarfile.open(archive) as tar:
-                for name in names:
-                    try:
-                        member = tar.extractfile(f"{FOLDER}/{name}")
-                    except KeyError:
-                        raise UserError(
-                            f"{archive} has no {FOLDER}/{name}; pack the files as the official {ARCHIVE}"
-                        ) from None
-                    with open(os.path.join(staging, name), "wb") as f:
-                        shutil.copyfileobj(member, f)
-        except (tarfile.TarError, OSError, EOFError, zlib.error) as e:
-            raise UserError(f"{archive} is not a readable tar.gz ({e}); upload the official {ARCHIVE}") from e
-        os.makedirs(target, exist_ok=True)
-        try:
-            os.replace(staging, os.path.join(target, FOLDER))  # atomic: other ranks see all files or none
-        except OSError:
-            if not os.path.isdir(os.path.join(target, FOLDER)):
-                raise
-            shutil.rmtree(staging)  # another run on this machine unpacked the same archive first: theirs is whole
-
     def _dataset(self, train: bool, transform=None) -> CIFAR10Files:
-        root = self._root()
-        if root is None:
+        if self._source() is None:
             self.prepare_data()  # setup() without prepare_data(), as in a notebook
-            root = self._root()
-        return CIFAR10Files.read(os.path.join(root, FOLDER), train, self.num_classes, transform)
+        return CIFAR10Files.read(self._source(), train, self.num_classes, transform)
 
     def _subset(self, files: CIFAR10Files, indices: list[int] | None, augment: bool):
         """The images of `files` at `indices` (None: all) as this pipeline's dataset, augmented for training or not."""

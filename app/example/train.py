@@ -13,6 +13,7 @@ from data import CIFAR10Base
 from device_data import DeviceCIFAR10DataModule  # noqa: F401 (imported, so that --data finds it by its short name)
 from model import ImageClassifier
 from sagemaker_lightning import LightningCLI
+from streaming_data import StreamingCIFAR10DataModule  # noqa: F401 (--data=StreamingCIFAR10DataModule: data from S3)
 
 TRAINER_YAML = os.path.join(os.path.dirname(os.path.abspath(__file__)), "trainer.yaml")
 
@@ -34,7 +35,7 @@ def main(args: list[str] | None = None, run: bool = True) -> CLI:
     defaults = {"default_config_files": [TRAINER_YAML]}
     return CLI(
         ImageClassifier,
-        CIFAR10Base,  # --data picks a pipeline by class name: DeviceCIFAR10DataModule or CIFAR10DataModule
+        CIFAR10Base,  # --data picks a pipeline by class name: Device-, Streaming- or CIFAR10DataModule
         subclass_mode_data=True,
         args=args,
         run=run,

@@ -52,6 +52,7 @@ from sagemaker_lightning import (
     signals,
     stop,
     strategy,
+    streaming,
     subcommands,
     tracking,
     watchdog,
@@ -244,6 +245,7 @@ class LightningCLI:
             *progress.callbacks(pl, plan, hosts=next(iter(watch), None)),  # rank lines, progress lines
             *checkpoints.callbacks(pl, plan.on_sagemaker, config, model_checkpoint, point, self._config_yaml),
             *stop.callbacks(pl, plan),  # every rank stops at the same step
+            *streaming.callbacks(pl, plan),  # streamed data (litdata) resumes exactly
             *preflight.callbacks(pl, plan, config),  # checks before the first step
             *watch,
             *scaling.callbacks(pl, config),  # scale_lr_by_world_size

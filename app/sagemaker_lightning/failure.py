@@ -173,6 +173,24 @@ def _lost_peer(e: BaseException, ctx: dict) -> str | None:
     return peer_failure(plan, str(e), ctx.get("resolve") or (lambda host: host))
 
 
+def _streamed_read(e: BaseException, ctx: dict) -> str | None:
+    """litdata could not read a streamed dataset from S3: it gives a bare S3 error, the same 404 for a prefix with no
+    index.json and for a missing bucket (streaming.check_source, which the example calls, tells them apart)."""
+    frames, tb = [], e.__traceback__
+    while tb is not None:
+        frames.append(tb.tb_frame.f_code.co_filename)
+        tb = tb.tb_next
+    if not any(f"{os.sep}litdata{os.sep}" in f for f in frames):
+        return None
+    error = getattr(e, "response", {}).get("Error", {})
+    return (
+        f"a streamed dataset could not be read from S3 ({getattr(e, 'operation_name', '?')}: "
+        f"{error.get('Code', '?')} {error.get('Message', '')}".rstrip()
+        + "): its s3:// prefix holds no dataset litdata optimized (index.json), its bucket does not exist, or the "
+        "job's role cannot read it; sagemaker_lightning.streaming.check_source(url) in the data module says which"
+    )
+
+
 DISTRIBUTED = ("DistError", "DistBackendError", "DistNetworkError", "RuntimeError")  # what a lost peer raises
 STOPPED = (
     "stopped by SIGTERM (StopTrainingJob or a spot interruption) after saving last.ckpt; "
@@ -202,6 +220,7 @@ EXCEPTIONS: list[
         False,
         True,
     ),
+    (_named("ClientError"), _streamed_read, 1, False, True),  # botocore's, raised inside litdata
     (_named(*DISTRIBUTED), _ended_child, 1, False, True),
     # torchrun and mpirun name a process of theirs that died (TOOLKIT below): the file is theirs
     (_named(*DISTRIBUTED), _lost_local_peer, 1, False, False),

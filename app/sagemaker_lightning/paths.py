@@ -18,6 +18,9 @@ DEFAULT_BASE = "/opt/ml"  # SageMaker's root in every training container; SAGEMA
 HOSTNAME_LIBRARY_READS = "/opt/ml/input/config/resourceconfig.json"
 CHECKPOINT_CONFIG = "checkpointconfig.json"  # the job's CheckpointConfig, when it has one (AWS's smdebug reads it)
 FLIGHT_RECORDER = "flight_recorder"  # torch's flight-recorder dumps, under the output data directory
+# litdata's chunk cache (streaming.py), under the base: on the job's storage volume, the same path on every host and
+# after every restart, and outside the checkpoint directory, which SageMaker would upload
+STREAMING_CACHE = "streaming-cache"
 
 
 def base(env: Mapping[str, str]) -> str:
@@ -83,6 +86,11 @@ def output_data_dir(env: Mapping[str, str]) -> str | None:
 def channels(env: Mapping[str, str]) -> dict[str, str]:
     """The job's input channels: name → directory."""
     return {name: env[f"SM_CHANNEL_{name.upper()}"] for name in json.loads(env.get("SM_CHANNELS") or "[]")}
+
+
+def streaming_cache_dir(env: Mapping[str, str]) -> str:
+    """Where streamed datasets keep their chunks on this host (litdata's LITDATA_CACHE_DIR)."""
+    return os.path.join(base(env), STREAMING_CACHE)
 
 
 def flight_recorder_dir(output_data_dir: str) -> str:

@@ -198,6 +198,12 @@ def recorder_env(env: Mapping[str, str], output_data_dir: str | None) -> dict[st
     return out
 
 
+def streaming_env(env: Mapping[str, str], hosts: int) -> dict[str, str]:
+    """What litdata reads when a dataset is made: the node count (on CPUs it would count 1 node; on GPUs it guesses from
+    the devices), and the cache for chunks, the job's own unless the job names another."""
+    return {"NNODES": str(hosts), "LITDATA_CACHE_DIR": env.get("LITDATA_CACHE_DIR") or paths.streaming_cache_dir(env)}
+
+
 def check_timeout(seconds: int) -> int:
     """dist_timeout, when it is a wait torch can hold (timedelta overflows past 999,999,999 days) and a job can use."""
     if not 0 < seconds <= MAX_TIMEOUT_S:
@@ -242,6 +248,7 @@ def make_plan(
     out.update(recorder_env(env, output_data_dir))  # the flight recorder: hangs named (watchdog.py)
     if output_data_dir:  # what a plain script writes under its default root lands in output.tar.gz
         out["PL_TRAINER_DEFAULT_ROOT_DIR"] = output_data_dir
+    out.update(streaming_env(env, len(names)))  # litdata's streamed datasets (streaming.py)
     return Plan(
         launcher=mode,
         hosts=tuple(names),

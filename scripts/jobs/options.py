@@ -12,7 +12,7 @@ line, as argparse reads it (types and choices only: spec.make_job checks the job
 
 import argparse
 
-from jobs.spec import DISTRIBUTIONS
+from jobs.spec import DISTRIBUTIONS, INPUT_MODES
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -24,6 +24,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--instance-count", type=int, default=1, help="hosts (containers in local mode)")
     p.add_argument("--input", required=True, help="training data: a directory, file://... or s3://...")
     p.add_argument("--channel", default="training", help="input channel name (the trainer reads DATA_CHANNEL)")
+    p.add_argument(
+        "--input-mode",
+        choices=list(INPUT_MODES),
+        default="File",
+        help="File: the channel copied whole before training; FastFile: mounted from S3, read as it is used "
+        "(docs/streaming.md; local mode copies it whole)",
+    )
     p.add_argument("--output", required=True, help="where each job's folder goes: a directory, file://... or s3://...")
     p.add_argument("--role", default=None, help="SageMaker execution role ARN (needed in the cloud)")
     p.add_argument("--job-name", default="lightning", help="job name prefix; a timestamp is appended")

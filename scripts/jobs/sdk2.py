@@ -26,6 +26,17 @@ def estimator_hyperparameters(hyperparameters: dict[str, str], source_dir: str |
     return {k: json.loads(v) if k.startswith("sagemaker_") else v for k, v in hyperparameters.items()}
 
 
+def channels(job: Job) -> dict:
+    """The job's channels: each S3 prefix with its own input mode (a URI string takes the job's), local ones as they
+    are."""
+    from sagemaker.inputs import TrainingInput
+
+    return {
+        name: TrainingInput(uri, input_mode=job.channel_input_mode) if uri.startswith("s3://") else uri
+        for name, uri in job.inputs.items()
+    }
+
+
 def run(job: Job) -> str | None:
     """Start the job; wait for it unless job.wait is False. Returns the model.tar.gz URI when it waited."""
     import boto3
@@ -74,9 +85,10 @@ def run(job: Job) -> str | None:
         output_path=output,
         hyperparameters=estimator_hyperparameters(job.hyperparameters, job.source_dir),
         environment=job.environment,
+        input_mode=job.channel_input_mode,  # every channel's, as TrainingInputMode
         sagemaker_session=session,
         **cloud,
     )
     with scratch:
-        estimator.fit(job.inputs, job_name=job.name, wait=job.wait, logs="All" if job.wait else "None")
+        estimator.fit(channels(job), job_name=job.name, wait=job.wait, logs="All" if job.wait else "None")
     return estimator.model_data if job.wait else None

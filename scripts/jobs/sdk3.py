@@ -46,6 +46,17 @@ def _settings_of(node: dict, key: str) -> dict:
     return node[key].setdefault("init_args", {}) if "class_path" in node[key] else node[key]
 
 
+def channel(name: str, source: str, input_mode: str):
+    """An input channel: an S3 prefix in `input_mode`, built as a Channel of its own (an InputData from a URI string
+    becomes a File channel, whatever the job's training_input_mode); a local directory (local mode) as InputData."""
+    from sagemaker.train.configs import Channel, DataSource, InputData, S3DataSource
+
+    if not source.startswith("s3://"):
+        return InputData(channel_name=name, data_source=source[len("file://") :])
+    s3 = S3DataSource(s3_data_type="S3Prefix", s3_uri=source, s3_data_distribution_type="FullyReplicated")
+    return Channel(channel_name=name, data_source=DataSource(s3_data_source=s3), input_mode=input_mode)
+
+
 def run(job: Job) -> str | None:
     """Start the job; wait for it unless job.wait is False. Returns the model.tar.gz URI: in local mode always, in the
     cloud when it waited."""
@@ -54,7 +65,6 @@ def run(job: Job) -> str | None:
     from sagemaker.core.training.configs import (
         CheckpointConfig,
         Compute,
-        InputData,
         MetricDefinition,
         Networking,
         OutputDataConfig,
@@ -118,16 +128,14 @@ def run(job: Job) -> str | None:
         base_job_name=job.name,
         hyperparameters=hyperparameters,
         environment=job.environment,
+        training_input_mode=job.channel_input_mode,
         **settings,
     )
     if not job.local:
         trainer = trainer.with_metric_definitions([MetricDefinition(name=n, regex=r) for n, r in job.metrics.items()])
         if job.max_retry_attempts is not None:
             trainer = trainer.with_retry_strategy(RetryStrategy(maximum_retry_attempts=job.max_retry_attempts))
-    inputs = [
-        InputData(channel_name=name, data_source=source if source.startswith("s3://") else source[len("file://") :])
-        for name, source in job.inputs.items()
-    ]
+    inputs = [channel(name, source, job.channel_input_mode) for name, source in job.inputs.items()]
     trainer.train(input_data_config=inputs, wait=job.wait, logs=job.wait)
     if job.local:
         return f"file://{root}/compressed_artifacts/model.tar.gz"  # where SDK 3.x local mode packs it

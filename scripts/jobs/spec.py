@@ -26,6 +26,10 @@ LOCAL_ROLE = "arn:aws:iam::111111111111:role/service-role/LocalModeRole"  # loca
 # trainer's checkpoint.dirpath
 CHECKPOINTS = paths.default_checkpoint_dir({})
 LOCAL_CHECKPOINTS = "/opt/ml/input/data/checkpoints"  # local mode has no checkpoint sync: a mounted channel instead
+# SageMaker's input modes for S3 channels: File copies a channel whole to the volume before the job starts, FastFile
+# mounts it and reads objects as they are opened (docs/streaming.md); local mode has File only
+INPUT_MODES = ("File", "FastFile")
+LOCAL_FASTFILE = "local mode copies the channels whole (File): FastFile runs in the cloud only"
 # SageMaker's framework hyperparameters per distribution, as SDK 2.x's PyTorch estimator sets them; the toolkit
 # in the image reads them and picks its runner (tests/unit/test_run_sagemaker.py compares with the SDK's own)
 # (sagemaker_instance_type: None is filled in with the job's instance type)
@@ -54,6 +58,7 @@ class Job:
     instance_count: int
     output: str  # URI, without a trailing slash
     inputs: dict[str, str]  # channel: URI
+    input_mode: str  # of the data channel: a key of INPUT_MODES, as asked (local mode sends File: channel_input_mode)
     hyperparameters: dict[str, str]  # the key=value words, then the framework ones (JSON-encoded)
     environment: dict[str, str]
     source_dir: str | None  # the user's code (absolute), else the image's example
@@ -76,6 +81,11 @@ class Job:
     @property
     def local(self) -> bool:
         return self.instance_type.startswith("local")
+
+    @property
+    def channel_input_mode(self) -> str:
+        """What the job's channels get: local mode has no FastFile (LOCAL_FASTFILE)."""
+        return "File" if self.local else self.input_mode
 
 
 def uri(path: str) -> str:
@@ -188,6 +198,7 @@ def make_job(args: argparse.Namespace, installed: str | None = None) -> Job:
         instance_count=args.instance_count,
         output=output,
         inputs=inputs,
+        input_mode=args.input_mode,
         hyperparameters=hps,
         environment=env,
         source_dir=source_dir,

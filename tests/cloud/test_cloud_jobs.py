@@ -167,3 +167,23 @@ def test_dry_run_with_source_dir_uploads_nothing_and_needs_no_credentials(sdk, a
     code = channels.get("code") or json.loads(request["HyperParameters"]["sagemaker_submit_directory"])
     assert any(upload.startswith(code) for upload in uploads)  # the request names where the code would be
     assert boto3.client("s3").list_buckets()["Buckets"] == []  # moto: nothing arrived
+
+
+@pytest.mark.parametrize("sdk", ["v2", "v3"])
+def test_fastfile_channels_reach_the_request_on_both_sdks(sdk, aws):
+    """--input-mode FastFile: the job's and the channel's input mode (SDK 3.x's InputData from a URI string would
+    send a File channel whatever the job's mode: the channel is built with its own), in the dry run's request and on
+    the moto server."""
+    request = json.loads(launch(sdk, aws, "--input-mode", "FastFile", "--dry-run").stdout)
+    assert request["AlgorithmSpecification"]["TrainingInputMode"] == "FastFile"
+    (channel,) = request["InputDataConfig"]
+    assert (
+        channel["InputMode"] == "FastFile"
+        and channel["DataSource"]["S3DataSource"]["S3Uri"] == "s3://cifar-data/cifar10"
+    )
+    launch(sdk, {**aws, "SAGEMAKER_VALIDATE_ROLE": "false"}, "--input-mode", "FastFile", "--no-wait")
+    sagemaker = boto3.client("sagemaker")
+    (summary,) = sagemaker.list_training_jobs()["TrainingJobSummaries"]
+    job = sagemaker.describe_training_job(TrainingJobName=summary["TrainingJobName"])
+    assert job["AlgorithmSpecification"]["TrainingInputMode"] == "FastFile"
+    assert [c.get("InputMode", "FastFile") for c in job["InputDataConfig"]] == ["FastFile"]

@@ -10,6 +10,7 @@ import tarfile
 from pathlib import Path
 
 import boto3
+import numpy as np
 import pytest
 
 import aws_account
@@ -112,3 +113,48 @@ def test_a_projects_own_data_goes_up_as_the_readme_shows(s3, points_dir):
     assert proc.stdout == f"s3://{BUCKET}/points/\n"
     expected = {f"points/{name}": Path(points_dir, name).read_bytes() for name in os.listdir(points_dir)}
     assert contents(s3, "points/") == expected and expected
+
+
+def test_format_litdata_goes_up_as_chunks_that_stream_back_as_the_images(s3, archive_dir):
+    """--format litdata: train/ and test/ in litdata's optimized format, several chunks each; streamed back from S3
+    (moto: a plain-http endpoint, as the runtime allows it) they are the archive's images and labels, each with its
+    index as id."""
+    from litdata import StreamingDataset
+
+    from cifar_files import read_split
+    from sagemaker_lightning import streaming
+
+    proc = upload(f"s3://{BUCKET}/cifar-litdata", "--from", archive_dir, "--format", "litdata", "--chunk-bytes", "64KB")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == f"s3://{BUCKET}/cifar-litdata/\n"
+    keys = contents(s3, "cifar-litdata/")
+    for split, n in (("train", 160), ("test", 40)):
+        assert f"cifar-litdata/{split}/index.json" in keys
+        assert len([k for k in keys if k.startswith(f"cifar-litdata/{split}/chunk-")]) > 1
+        streaming.check_source(f"s3://{BUCKET}/cifar-litdata/{split}")  # an optimized dataset: no error
+        streaming.allow_plain_http(None)
+        dataset = StreamingDataset(f"s3://{BUCKET}/cifar-litdata/{split}")
+        images, labels = read_split(os.path.join(archive_dir, make_dataset.ARCHIVE), split == "train", 10)
+        items = [dataset[i] for i in range(len(dataset))]
+        assert [int(item["id"]) for item in items] == list(range(n))
+        assert [int(item["label"]) for item in items] == labels
+        assert all(np.array_equal(np.asarray(item["image"]), images[i]) for i, item in enumerate(items))
+
+
+def test_a_prefix_that_is_no_optimized_dataset_or_cannot_be_read_is_one_line(s3, archive_dir):
+    """What a job's streaming data module checks first (sagemaker_lightning.streaming.check_source): litdata itself
+    fails on each with a bare 404 of HeadObject."""
+    from sagemaker_lightning import UserError, streaming
+
+    assert upload(f"s3://{BUCKET}/cifar10", "--from", archive_dir).returncode == 0  # the archive, not chunks
+    cases = {
+        f"s3://{BUCKET}/cifar10": f"s3://{BUCKET}/cifar10 is not a dataset litdata optimized: it has no index.json "
+        f"(holds cifar10/{make_dataset.ARCHIVE}); write one with scripts/upload_data.py --format litdata",
+        f"s3://{BUCKET}/nothing": f"s3://{BUCKET}/nothing is not a dataset litdata optimized: it has no index.json "
+        "(is empty)",
+        "s3://no-such-bucket/cifar10": "bucket no-such-bucket of s3://no-such-bucket/cifar10 does not exist",
+    }
+    for uri, line in cases.items():
+        with pytest.raises(UserError) as raised:
+            streaming.check_source(uri)
+        assert str(raised.value).startswith(line), str(raised.value)

@@ -39,10 +39,13 @@ def unpacked(archive_dir, tmp_path) -> str:
     return str(tmp_path / FOLDER)
 
 
-def test_archive_is_unpacked_outside_data_dir(archive_dir):
+def test_the_archive_is_read_in_place(archive_dir, tmp_path, monkeypatch):
+    """Nothing is unpacked, in data_dir (a channel: FastFile mounts it read-only) or anywhere else: the archive's
+    batches are read from it as it streams."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     dm = setup(archive_dir, val_split=40)
     assert (len(dm.train_set), len(dm.val_set)) == (120, 40)
-    assert os.listdir(archive_dir) == [ARCHIVE]  # the user's folder (or channel) is left as it was
+    assert os.listdir(archive_dir) == [ARCHIVE] and os.listdir(tmp_path) == []
     x, y = next(iter(dm.train_dataloader()))
     assert x.shape == (16, 3, 32, 32) and x.dtype == torch.float32 and y.max() < 10
 
@@ -233,20 +236,3 @@ def test_images_and_labels_are_torchvisions(archive_dir, tmp_path, flavor):
         assert ours.data.tobytes() == theirs.data.tobytes()
         assert ours.targets == theirs.targets and {type(y) for y in ours.targets} == {int}
         assert np.asarray(ours[7][0]).tobytes() == np.asarray(theirs[7][0]).tobytes() and ours[7][1] == theirs[7][1]
-
-
-def test_two_runs_unpacking_the_same_archive_both_succeed(archive_dir, monkeypatch):
-    """Two runs started at once on one machine with the same data_dir (two jobs, an experiment sweep) both unpack it;
-    the one that finishes second finds the folder there, keeps it and removes its own copy."""
-    dm = CIFAR10DataModule(archive_dir, num_workers=0)
-    dm.prepare_data()  # the first run has unpacked it
-    real_mkdtemp, made = tempfile.mkdtemp, []
-
-    def mkdtemp(**kwargs):
-        made.append(real_mkdtemp(**kwargs))
-        return made[-1]
-
-    monkeypatch.setattr(tempfile, "mkdtemp", mkdtemp)
-    dm._extract()  # the second, which had not found it when it started
-    assert os.listdir(dm._extract_dir()) == [FOLDER] and not os.path.exists(made[0])
-    setup(archive_dir)

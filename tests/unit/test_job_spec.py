@@ -150,3 +150,21 @@ def test_the_docs_list_every_metric_the_launcher_sends():
         cloud = f.read()
     for name, regex in METRICS.items():
         assert f"| `{name}` | `{regex}` |" in cloud
+
+
+def test_fastfile_is_asked_for_in_the_cloud_and_said_to_be_file_in_local_mode(monkeypatch, capsys):
+    """--input-mode FastFile: the cloud job's channels are FastFile (tests/cloud/test_cloud_jobs.py: the request);
+    local mode has File only, and the command says so in one line before the job starts."""
+    assert job(*CLOUD).channel_input_mode == "File"
+    assert job(*CLOUD, "--input-mode", "FastFile").channel_input_mode == "FastFile"
+    local = job(*LOCAL, "--input-mode", "FastFile")
+    assert (local.input_mode, local.channel_input_mode) == ("FastFile", "File")
+    import run_sagemaker
+
+    started = []
+    monkeypatch.setattr(run_sagemaker.sdk2, "run", lambda j: started.append(j.channel_input_mode))
+    assert run_sagemaker.main([*LOCAL, "--input-mode", "FastFile", "--sdk", "v2"]) == 0
+    assert started == ["File"]
+    assert capsys.readouterr().err == f"note: {spec.LOCAL_FASTFILE}\n"
+    run_sagemaker.main([*LOCAL, "--sdk", "v2"])
+    assert capsys.readouterr().err == ""

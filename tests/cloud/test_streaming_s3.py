@@ -1,0 +1,80 @@
+"""A dataset streamed from S3 (moto) whose cache cannot hold one of its chunks fails in one line before the first
+step (sagemaker_lightning/streaming.py): litdata itself would download into a cache it must empty at once."""
+
+import os
+
+import boto3
+import numpy as np
+import pytest
+import torch
+
+from sagemaker_lightning import UserError, streaming
+
+pytestmark = pytest.mark.cloud
+
+
+def test_a_cache_too_small_for_one_chunk_is_one_line(aws, tmp_path):
+    from litdata import StreamingDataLoader, StreamingDataset
+    from litdata.streaming.writer import BinaryWriter
+
+    writer = BinaryWriter(str(tmp_path / "ids"), chunk_size=10)
+    for i in range(30):
+        writer[i] = {"id": i, "x": np.zeros(64, np.float32)}
+    writer.done()
+    writer.merge()
+    s3 = boto3.client("s3")
+    s3.create_bucket(Bucket="datasets")
+    for name in os.listdir(tmp_path / "ids"):
+        s3.upload_file(str(tmp_path / "ids" / name), "datasets", f"ids/{name}")
+    dataset = StreamingDataset("s3://datasets/ids", cache_dir=str(tmp_path / "cache"), max_cache_size=1000)
+    with pytest.raises(UserError) as raised:
+        streaming.check(StreamingDataLoader(dataset, batch_size=5), 0, 1, None)
+    assert str(raised.value).startswith(
+        "the streaming cache may hold 1000 bytes, less than one chunk of s3://datasets/ids (2"
+    ), str(raised.value)
+    roomy = StreamingDataset("s3://datasets/ids", cache_dir=str(tmp_path / "cache2"), max_cache_size=100_000)
+    streaming.check(StreamingDataLoader(roomy, batch_size=5), 0, 1, None)
+
+
+def test_the_example_streams_cifar_from_s3_and_from_a_channel(aws, archive_dir, tmp_path):
+    """The example's StreamingCIFAR10DataModule on what upload_data.py --format litdata writes: from its s3:// prefix
+    (moto), and from a directory that holds it (a channel); each trains its steps. The crops are the same for the
+    same (epoch, id) in any process, other in another epoch."""
+    import optimize_data
+    import train
+    from streaming_data import Augment
+
+    files = optimize_data.optimize(archive_dir, str(tmp_path / "optimized"), "64KB")
+    s3 = boto3.client("s3")
+    s3.create_bucket(Bucket="datasets")
+    for name, path in files.items():
+        s3.upload_file(path, "datasets", f"cifar-litdata/{name}")
+    tiny = ["--trainer.max_epochs=1", "--trainer.limit_train_batches=2", "--trainer.limit_val_batches=1",
+            "--trainer.accelerator=cpu", f"--logger.save_dir={tmp_path}",
+            "--trainer.enable_progress_bar=false", "--model.arch=mobilenet_v3_small", "--data=StreamingCIFAR10DataModule",
+            "--data.batch_size=16", "--data.num_workers=0", "--trainer.precision=32-true"]  # fmt: skip
+    for data_dir in ("s3://datasets/cifar-litdata/", str(tmp_path / "optimized")):
+        cli = train.main([*tiny, f"--data.data_dir={data_dir}", f"--trainer.default_root_dir={tmp_path}"])
+        assert cli.trainer.global_step == 2
+    augment = Augment(seed=42, train=True)
+    augment.dataset = type("Dataset", (), {"current_epoch": 1})()
+    item = {"id": 3, "image": np.arange(32 * 32 * 3, dtype=np.uint8).reshape(32, 32, 3), "label": 5}
+    first, again = augment(item), augment(item)
+    augment.dataset.current_epoch = 2
+    assert first[1] == 5 and first[0].shape == (3, 32, 32) and torch.equal(first[0], again[0])
+    assert not torch.equal(augment(item)[0], first[0])
+
+
+def test_litdatas_bare_s3_error_is_one_line(aws, tmp_path):
+    """A project that makes its StreamingDataset without check_source, on a prefix with no index.json: litdata's
+    bare 404 becomes one line without a traceback (sagemaker_lightning/failure.py)."""
+    from litdata import StreamingDataset
+
+    from sagemaker_lightning import failure
+
+    boto3.client("s3").create_bucket(Bucket="datasets")
+    with pytest.raises(Exception) as raised:
+        StreamingDataset("s3://datasets/nothing", cache_dir=str(tmp_path / "cache"))
+    line, code, traceback, file = failure.explain(raised.value, stage="train")
+    assert line.startswith("a streamed dataset could not be read from S3 (HeadObject: 404 Not Found): its s3:// ")
+    assert (code, traceback, file) == (1, False, True)
