@@ -59,6 +59,14 @@ def test_a_cloud_job_is_resolved_from_its_options():
         cloud.role = "another"
 
 
+@pytest.mark.parametrize("seconds", [0, 1800, 3600])
+def test_keep_alive_is_resolved_within_sagemakers_range(seconds):
+    assert job(*CLOUD, "--keep-alive", str(seconds)).keep_alive == seconds
+    assert job(*CLOUD).keep_alive is None  # none asked: SageMaker keeps no warm pool
+    with pytest.raises(SystemExit, match="--keep-alive is for cloud jobs on demand: local mode keeps no instance"):
+        job(*LOCAL, "--keep-alive", str(seconds))
+
+
 def test_a_local_job_gets_the_dummy_role_and_its_own_tensorboard_setting():
     local = job(*LOCAL, "--tensorboard", "s3://b/tb", "logger.save_dir=mine")
     assert local.local and local.role == spec.LOCAL_ROLE and local.output == f"file://{os.path.abspath('o')}"
@@ -99,6 +107,9 @@ def test_what_sdk3_refuses_sdk2_runs():
         ("v2", [*CLOUD, "--tag", "oops"], "'oops' is not key=value, e.g. project=cifar10"),
         ("v2", ["--sdk", "v3", *LOCAL], "--sdk v3 needs SageMaker SDK 3.x, but 2.x is installed here"),
         ("v3", [*LOCAL[:-1], "s3://b/out"], "SDK 3.x local mode writes its artifacts to a local --output directory"),
+        ("v2", [*CLOUD, "--keep-alive", "3601"], "--keep-alive 3601 is outside SageMaker's range: give 0 to 3600"),
+        ("v3", [*CLOUD, "--keep-alive", "-1"], "--keep-alive -1 is outside SageMaker's range: give 0 to 3600"),
+        ("v2", [*CLOUD, "--spot", "--keep-alive", "60"], "--keep-alive is for cloud jobs on demand"),
     ],
 )
 def test_a_bad_option_fails_in_one_line_before_the_sdk_is_imported(sdk, words, message, tmp_path):
