@@ -18,6 +18,10 @@ DEFAULT_BASE = "/opt/ml"  # SageMaker's root in every training container; SAGEMA
 HOSTNAME_LIBRARY_READS = "/opt/ml/input/config/resourceconfig.json"
 CHECKPOINT_CONFIG = "checkpointconfig.json"  # the job's CheckpointConfig, when it has one (AWS's smdebug reads it)
 FLIGHT_RECORDER = "flight_recorder"  # torch's flight-recorder dumps, under the output data directory
+# a warm pool's instance keeps this folder from one job to the next (SageMaker mounts it there, and names it in
+# SAGEMAKER_MANAGED_WARMPOOL_CACHE_DIRECTORY); under the base, as SAGEMAKER_BASE_DIR moves it in tests
+WARM_POOL_CACHE = os.path.join("sagemaker", "warmpoolcache")
+STREAMING_CACHE = "streaming"  # a streaming data set's local cache (litdata's cache_dir), inside the warm-pool cache
 
 
 def base(env: Mapping[str, str]) -> str:
@@ -87,3 +91,14 @@ def channels(env: Mapping[str, str]) -> dict[str, str]:
 
 def flight_recorder_dir(output_data_dir: str) -> str:
     return os.path.join(output_data_dir, FLIGHT_RECORDER)
+
+
+def warm_pool_cache(env: Mapping[str, str]) -> str:
+    """The folder a warm pool keeps between jobs, whether or not this job has one (warmpool.py checks)."""
+    return env.get("SAGEMAKER_MANAGED_WARMPOOL_CACHE_DIRECTORY") or os.path.join(base(env), WARM_POOL_CACHE)
+
+
+def streaming_cache_dir(env: Mapping[str, str]) -> str:
+    """Where a streaming data set keeps the chunks it downloaded: in the warm-pool cache, so that the next job on the
+    same instance reads them from its disk. Made by PID 1 where the cache can be written (warmpool.py)."""
+    return os.path.join(warm_pool_cache(env), STREAMING_CACHE)

@@ -22,6 +22,7 @@ LIGHT = (
     "sagemaker_lightning.network",
     "sagemaker_lightning.hyperparameters",
     "sagemaker_lightning.paths",
+    "sagemaker_lightning.warmpool",
     "sagemaker_lightning.toolkit",
     "sagemaker_lightning.instances",
     "sagemaker_lightning.efa",
