@@ -13,6 +13,7 @@ from typing import Any, Literal
 from jsonargparse.typing import PositiveFloat
 
 from sagemaker_lightning import flavor, preflight, watchdog
+from sagemaker_lightning.checkpoints import compile_cache
 from sagemaker_lightning.checkpoints.last import AUTO_INTERVAL_S
 from sagemaker_lightning.plan import DEFAULT_TIMEOUT_S
 from sagemaker_lightning.sharded_model import FSDPSettings
@@ -58,6 +59,13 @@ SETTINGS = (
         "instance type and host count, where there is one (instances.py)",
     ),
     Setting("scale_lr_by_world_size", bool, False, "optimizer lr × number of processes"),
+    Setting(
+        "compile_cache",
+        bool,
+        True,
+        f"torch.compile's cache saved with the checkpoints ({compile_cache.FILE}) and loaded when the job resumes; it "
+        "holds code torch runs: false where others can write the checkpoint location",
+    ),
 )
 
 
