@@ -16,6 +16,13 @@ pytestmark = pytest.mark.unit
 RANK_ZERO = SimpleNamespace(is_global_zero=True)
 
 
+def compiled() -> torch.nn.Module:
+    """A model that compiles (in place, as model.compile does); nothing is compiled before its first call."""
+    model = torch.nn.Sequential(torch.nn.Linear(2, 2))
+    model[0].compile()
+    return model
+
+
 def cache(tmp_path) -> CompileCache:
     return CompileCache(SimpleNamespace(dirpath=str(tmp_path)))
 
@@ -48,13 +55,22 @@ def test_the_artifacts_are_saved_with_their_torch_and_only_when_new(tmp_path, mo
 )
 def test_a_cache_torch_cannot_use_is_one_line_and_a_compile(tmp_path, capsys, content, why):
     (tmp_path / FILE).write_bytes(content)
-    cache(tmp_path).setup(RANK_ZERO, None, "fit")
+    cache(tmp_path).setup(RANK_ZERO, compiled(), "fit")
     captured = capsys.readouterr()
     assert captured.out == f"compile cache compile_cache.bin not used ({why}): torch.compile compiles afresh\n"
     assert not captured.err  # torch's own warning and traceback are not shown
 
 
 def test_no_cache_no_line(tmp_path, capsys):
-    cache(tmp_path).setup(RANK_ZERO, None, "fit")
-    CompileCache(SimpleNamespace(dirpath=None)).setup(RANK_ZERO, None, "fit")
+    cache(tmp_path).setup(RANK_ZERO, compiled(), "fit")
+    CompileCache(SimpleNamespace(dirpath=None)).setup(RANK_ZERO, compiled(), "fit")
     assert capsys.readouterr().out == "" and compile_cache.header().startswith(b"torch ")
+
+
+def test_a_model_that_compiles_nothing_never_reads_the_file(tmp_path, capsys, monkeypatch):
+    """Its checkpoints still run nothing: a planted file is not even read."""
+    (tmp_path / FILE).write_bytes(compile_cache.header() + b"planted")
+    monkeypatch.setattr(torch.compiler, "load_cache_artifacts", lambda data: pytest.fail("a cache was loaded"))
+    cache(tmp_path).setup(RANK_ZERO, torch.nn.Sequential(torch.nn.Linear(2, 2)), "fit")
+    assert capsys.readouterr().out == ""
+    assert compile_cache.compiles(compiled()) and compile_cache.compiles(torch.compile(torch.nn.Linear(2, 2)))

@@ -8,8 +8,10 @@ job finds its kernels compiled. FILE's first line names the torch that wrote it:
 version. A cache that cannot be read, or that another torch wrote, costs one line and a compile, never the job.
 
 The artifacts hold the code torch.compile generated, and torch runs it: whoever can write the checkpoint location can
-run code in a job that loads FILE, as through the image or the job's own code. `compile_cache=false` (a runtime
-setting) saves and loads none, for a checkpoint location that others can write (README: Security).
+run code in a job that loads FILE, as through the image or the job's own code. So FILE is loaded only where the
+model compiles something already (model.compile: a module compiled in place or wrapped by torch.compile), and
+`compile_cache=false` (a runtime setting) saves and loads none, for a checkpoint location that others can write
+(README: Security). A model that compiles nothing never reads FILE: its checkpoints still run nothing.
 
     python app/example/train.py --model.compile true --checkpoint.dirpath ckpts    # ckpts/compile_cache.bin
 """
@@ -41,6 +43,15 @@ def artifacts(data: bytes) -> bytes:
     return rest
 
 
+def compiles(module) -> bool:
+    """Whether `module` runs any of its modules through torch.compile: compiled in place (Module.compile), wrapped
+    (torch.compile(module)), or handed to Lightning wrapped (its _compiler_ctx)."""
+    wrapped = torch._dynamo.eval_frame.OptimizedModule
+    if getattr(module, "_compiler_ctx", None):
+        return True
+    return any(isinstance(m, wrapped) or getattr(m, "_compiled_call_impl", None) is not None for m in module.modules())
+
+
 @contextlib.contextmanager
 def quiet(name: str = "torch.compiler._cache"):
     """torch logs an unreadable cache with its traceback: the runtime's one line says it instead."""
@@ -54,8 +65,8 @@ def quiet(name: str = "torch.compiler._cache"):
 
 
 class CompileCache:
-    """Loads FILE from the ModelCheckpoint's directory before a fit's first step; saves torch.compile's artifacts there
-    with each checkpoint, when there are new ones."""
+    """Loads FILE from the ModelCheckpoint's directory before a fit's first step, where the model compiles; saves
+    torch.compile's artifacts there with each checkpoint, when there are new ones."""
 
     BASE = "callbacks.Callback"
 
@@ -68,7 +79,7 @@ class CompileCache:
 
     def setup(self, trainer, pl_module, stage):
         path = self._path()
-        if stage != "fit" or path is None:
+        if stage != "fit" or path is None or not compiles(pl_module):
             return
         fs, where = fsspec.core.url_to_fs(path)
         if not fs.exists(where):
