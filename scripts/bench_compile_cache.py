@@ -17,6 +17,8 @@ import subprocess
 import sys
 import tempfile
 
+import machine
+
 # One run in a fresh process: argv = model, device, artifacts file to load ("-" for none), file to save to ("-")
 RUN = """
 import sys, time
@@ -87,7 +89,7 @@ def main() -> int:
             size = os.path.getsize(artifacts)
     gpu = torch.cuda.get_device_name() if args.device == "cuda" else "no GPU used"
     print(
-        f"{os.cpu_count()} CPUs {platform.processor() or platform.machine()}, {gpu}; Python {platform.python_version()}, "
+        f"{os.cpu_count()} CPUs {machine.cpu()}, {gpu}; Python {platform.python_version()}, "
         f"torch {torch.__version__}; {args.model}, batch 32, {args.repeat} rounds; load average {os.getloadavg()[0]:.1f}"
     )
     print(f"artifacts: {size / 2**20:.1f} MiB")
