@@ -87,6 +87,9 @@ def prepare(env: dict, given: dict, code_dir: str, say) -> None:
             return
     if os.path.exists(os.path.join(code_dir, "setup.py")):  # a package: the toolkit installs it with pip itself
         return
+    if env.get("CA_REPOSITORY_ARN"):  # the toolkit logs in to CodeArtifact; an install here would ask PyPI instead
+        say("requirements.txt is left to the toolkit, which installs it from CodeArtifact (CA_REPOSITORY_ARN)")
+        return
     if line := install_requirements(code_dir, cache, env):
         say(line)
 

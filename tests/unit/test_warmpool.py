@@ -136,6 +136,9 @@ def test_pid_1_installs_only_for_a_python_program_of_the_job(tmp_path, monkeypat
     assert not calls
     warmpool.prepare(dict(env), {"sagemaker_program": '"train.py"'}, code, said.append)
     assert len(calls) == 1 and said[-1] == "installed"
+    codeartifact = {**env, "CA_REPOSITORY_ARN": "arn:aws:codeartifact:us-east-1:1:repository/d/r"}
+    warmpool.prepare(codeartifact, {"sagemaker_program": '"train.py"'}, code, said.append)  # not PyPI: the toolkit's
+    assert len(calls) == 1 and "installs it from CodeArtifact" in said[-1]
     (tmp_path / "code" / "setup.py").write_text("")  # a package: the toolkit installs it and its requirements
     warmpool.prepare(dict(env), {"sagemaker_program": '"train.py"'}, code, said.append)
     assert len(calls) == 1
