@@ -1,9 +1,10 @@
 """Seconds from `docker run` to the first optimizer step, started as SageMaker starts the image, phase by phase, each
 ended by the first line of the job's output that marks it (PHASES): the container and PID 1 up with the training
-toolkit's `train` imported, the toolkit's set-up, train.py importing torch and Lightning and resolving its
-configuration (the runtime's `launch:` line), the trainer and model set up (the pre-flight line), then the data loaded
-and the first step. Also the import time of a bare `python -c pass` in the image (what every Python process there
-pays before its first line: the start-up hook included).
+toolkit's `train` imported (with a warm pool's cache, PID 1's install of a requirements.txt too: warmpool.py), the
+toolkit's set-up (its install of a requirements.txt), train.py importing torch and Lightning and resolving its
+configuration (the runtime's `launch:` line), the trainer, the model and the data set up (the data module's
+prepare_data and setup run before the pre-flight line), then the first step. Also the import time of a bare `python
+-c pass` in the image (what every Python process there pays before its first line: the start-up hook included).
 
     python scripts/startup.py --image sagemaker-lightning:latest          # make bench-startup
 """
@@ -22,11 +23,11 @@ import time
 import make_dataset
 
 PHASES = (  # (phase, the output line that ends it), in the order they come
-    ("container + toolkit import", r"Imported framework"),  # sagemaker-training's trainer.py
-    ("toolkit set-up", r"Invoking script with the following command"),
+    ("container, PID 1 + toolkit import", r"Imported framework"),  # sagemaker-training's trainer.py
+    ("toolkit set-up, requirements", r"Invoking script with the following command"),
     ("script: imports + configuration", r"^launch: "),  # the runtime's launch line
-    ("trainer + model set-up", r"^pre-flight: "),
-    ("data + first step", r" step 1/"),
+    ("trainer, model + data set-up", r"^pre-flight: "),
+    ("first step", r" step 1/"),
 )
 
 

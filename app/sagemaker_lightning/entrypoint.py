@@ -15,6 +15,8 @@ lines kept, each cut short, for the failure line. Before the command starts, ins
   - an MPI job's SSH keys, made now and exchanged with the job's other hosts (ssh.py): the image holds none;
   - a network interface the job names but the container lacks (SDK 3.x local mode writes "ethwe") is replaced in
     resourceconfig.json by the default route's, before the toolkit passes it to mpirun and NCCL;
+  - the job's caches in the warm pool's cache folder, and the job's requirements.txt installed from it where an
+    earlier job on the instance kept its wheels there (warmpool.py);
   - processes see the SageMaker host name (algo-N) in gethostname(), as MPI and NCCL name hosts by it (the
     toolkit's own preload library, which its mpirun commands use too).
 SDK 3.x with SourceCode replaces this entrypoint with its own driver: none of this runs then (signals.py).
@@ -33,7 +35,7 @@ import sys
 import threading
 import time
 
-from sagemaker_lightning import failure, hyperparameters, paths, signals, ssh
+from sagemaker_lightning import failure, hyperparameters, paths, signals, ssh, warmpool
 from sagemaker_lightning.plan import DEFAULT_TIMEOUT_S, check_timeout
 
 RESOURCE_CONFIG = paths.resource_config(os.environ)
@@ -127,6 +129,7 @@ def prepare_job(env: dict) -> None:
             f"which this container lacks; using {fallback!r}",
             flush=True,
         )
+    warmpool.prepare(env, given, CODE, lambda line: print(f"entrypoint: {line}", flush=True))
     if RESOURCE_CONFIG != paths.HOSTNAME_LIBRARY_READS:
         return  # a moved /opt/ml (SAGEMAKER_BASE_DIR, as in tests): the library would not find the file
     try:

@@ -19,8 +19,12 @@ HOSTNAME_LIBRARY_READS = "/opt/ml/input/config/resourceconfig.json"
 CHECKPOINT_CONFIG = "checkpointconfig.json"  # the job's CheckpointConfig, when it has one (AWS's smdebug reads it)
 FLIGHT_RECORDER = "flight_recorder"  # torch's flight-recorder dumps, under the output data directory
 # litdata's chunk cache (streaming.py), under the base: on the job's storage volume, the same path on every host and
-# after every restart, and outside the checkpoint directory, which SageMaker would upload
+# after every restart, and outside the checkpoint directory, which SageMaker would upload (a warm pool's job keeps it
+# in the warm-pool cache instead: warmpool.py)
 STREAMING_CACHE = "streaming-cache"
+# a warm pool's instance keeps this folder from one job to the next (SageMaker mounts it there, and names it in
+# SAGEMAKER_MANAGED_WARMPOOL_CACHE_DIRECTORY); under the base, as SAGEMAKER_BASE_DIR moves it in tests
+WARM_POOL_CACHE = os.path.join("sagemaker", "warmpoolcache")
 
 
 def base(env: Mapping[str, str]) -> str:
@@ -95,3 +99,8 @@ def streaming_cache_dir(env: Mapping[str, str]) -> str:
 
 def flight_recorder_dir(output_data_dir: str) -> str:
     return os.path.join(output_data_dir, FLIGHT_RECORDER)
+
+
+def warm_pool_cache(env: Mapping[str, str]) -> str:
+    """The folder a warm pool keeps between jobs, whether or not this job has one (warmpool.py checks)."""
+    return env.get("SAGEMAKER_MANAGED_WARMPOOL_CACHE_DIRECTORY") or os.path.join(base(env), WARM_POOL_CACHE)

@@ -13,6 +13,7 @@ from typing import Any, Literal
 from jsonargparse.typing import PositiveFloat
 
 from sagemaker_lightning import flavor, preflight, tracking, watchdog
+from sagemaker_lightning.checkpoints import compile_cache
 from sagemaker_lightning.checkpoints.last import AUTO_INTERVAL_S
 from sagemaker_lightning.plan import DEFAULT_TIMEOUT_S
 from sagemaker_lightning.sharded_model import FSDPSettings
@@ -78,6 +79,14 @@ SETTINGS = (
         bool,
         False,
         f"each host's CPU, memory and GPU utilisation in the run, every {tracking.SYSTEM_EVERY_S:g} s",
+    ),
+    # compiled once per job, not once per restart (checkpoints/compile_cache.py)
+    Setting(
+        "compile_cache",
+        bool,
+        False,
+        f"torch.compile's cache saved with the checkpoints ({compile_cache.FILE}) and loaded when the job resumes: "
+        "it holds code torch runs, so turn it on only where no one else can write the checkpoint location",
     ),
 )
 

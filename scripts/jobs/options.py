@@ -66,6 +66,14 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     )
     p.add_argument("--max-run", type=int, default=24 * 3600, help="seconds of training before SageMaker stops the job")
     p.add_argument(
+        "--keep-alive",
+        type=int,
+        default=None,
+        metavar="SECONDS",
+        help="keep the instances in a warm pool this long after the job (0-3600): a matching next job starts on "
+        "them, its warm-pool cache kept (README: Warm pools; the account's quota for warm pools is 0 by default)",
+    )
+    p.add_argument(
         "--max-wait",
         type=int,
         default=None,

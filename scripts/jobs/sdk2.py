@@ -68,6 +68,7 @@ def run(job: Job) -> str | None:
             max_run=job.max_run,
             max_wait=job.max_wait,
             max_retry_attempts=job.max_retry_attempts,
+            keep_alive_period_in_seconds=job.keep_alive,
             enable_network_isolation=job.network_isolation,
             subnets=job.subnets,
             security_group_ids=job.security_groups,

@@ -100,6 +100,7 @@ def run(job: Job) -> str | None:
                 instance_type=job.instance_type,
                 instance_count=job.instance_count,
                 enable_managed_spot_training=job.spot,
+                keep_alive_period_in_seconds=job.keep_alive,
             ),
             stopping_condition=StoppingCondition(
                 max_runtime_in_seconds=job.max_run, max_wait_time_in_seconds=job.max_wait

@@ -30,6 +30,7 @@ LOCAL_CHECKPOINTS = "/opt/ml/input/data/checkpoints"  # local mode has no checkp
 # mounts it and reads objects as they are opened (docs/streaming.md); local mode has File only
 INPUT_MODES = ("File", "FastFile")
 LOCAL_FASTFILE = "local mode copies the channels whole (File): FastFile runs in the cloud only"
+KEEP_ALIVE_MAX_S = 3600  # SageMaker's longest KeepAlivePeriodInSeconds for one job (its warm pools' documentation)
 # SageMaker's framework hyperparameters per distribution, as SDK 2.x's PyTorch estimator sets them; the toolkit
 # in the image reads them and picks its runner (tests/unit/test_run_sagemaker.py compares with the SDK's own)
 # (sagemaker_instance_type: None is filled in with the job's instance type)
@@ -70,6 +71,7 @@ class Job:
     max_run: int  # seconds
     max_wait: int | None  # with spot
     max_retry_attempts: int | None
+    keep_alive: int | None  # seconds the instances stay in a warm pool after the job (KeepAlivePeriodInSeconds)
     network_isolation: bool
     subnets: list[str] | None  # VPC
     security_groups: list[str] | None
@@ -156,6 +158,17 @@ def make_job(args: argparse.Namespace, installed: str | None = None) -> Job:
             raise SystemExit(
                 f"error: --max-wait {max_wait} is below --max-run {args.max_run}; spot jobs need max_wait ≥ max_run"
             )
+    if args.keep_alive is not None:
+        if local or args.spot:
+            raise SystemExit(
+                "error: --keep-alive is for cloud jobs on demand: local mode keeps no instance, and SageMaker keeps no "
+                "warm pool of spot instances"
+            )
+        if not 0 <= args.keep_alive <= KEEP_ALIVE_MAX_S:
+            raise SystemExit(
+                f"error: --keep-alive {args.keep_alive} is outside SageMaker's range: give 0 to {KEEP_ALIVE_MAX_S} "
+                "seconds (0: no warm pool)"
+            )
     if args.tensorboard:
         hps.setdefault("logger.save_dir", args.tensorboard)
     source_dir = None
@@ -210,6 +223,7 @@ def make_job(args: argparse.Namespace, installed: str | None = None) -> Job:
         max_run=args.max_run,
         max_wait=max_wait,
         max_retry_attempts=retries,
+        keep_alive=args.keep_alive,
         network_isolation=args.network_isolation,
         subnets=args.subnets.split(",") if args.subnets else None,
         security_groups=args.security_groups.split(",") if args.security_groups else None,

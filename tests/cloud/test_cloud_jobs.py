@@ -147,6 +147,34 @@ def test_create_training_job_on_the_moto_server(sdk, aws):
 
 
 @pytest.mark.parametrize("sdk", ["v2", "v3"])
+def test_keep_alive_asks_for_a_warm_pool_on_the_moto_server(sdk, aws):
+    """--keep-alive reaches ResourceConfig's KeepAlivePeriodInSeconds (SDK 2.x's keep_alive_period_in_seconds, 3.x's
+    Compute); an on-demand job, as SageMaker keeps no warm pool of spot instances."""
+    spot = {"--spot", "--max-wait", "10800"}
+    on_demand = [word for word in JOB if word not in spot]
+    run = subprocess.run(
+        [
+            PYTHON[sdk],
+            os.path.join(ROOT, "scripts", "run_sagemaker.py"),
+            *on_demand,
+            "--keep-alive",
+            "1800",
+            "--no-wait",
+        ],
+        env={**os.environ, **aws, "SAGEMAKER_VALIDATE_ROLE": "false"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-3000:]
+    sagemaker = boto3.client("sagemaker")
+    (summary,) = sagemaker.list_training_jobs()["TrainingJobSummaries"]
+    job = sagemaker.describe_training_job(TrainingJobName=summary["TrainingJobName"])
+    assert job["ResourceConfig"]["KeepAlivePeriodInSeconds"] == 1800
+    assert job["ResourceConfig"]["InstanceType"] == "ml.p4d.24xlarge" and not job.get("EnableManagedSpotTraining")
+
+
+@pytest.mark.parametrize("sdk", ["v2", "v3"])
 def test_dry_run_with_source_dir_uploads_nothing_and_needs_no_credentials(sdk, aws, user_project):
     """The SDK packs --source-dir and uploads it (SDK 2.x: beside the output; 3.x: its default bucket, found through
     STS): a dry run says where, and sends nothing."""

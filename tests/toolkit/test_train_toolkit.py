@@ -367,7 +367,7 @@ LOCAL_RANKS = {  # launcher: (hyperparameters, environment) for 2 processes on o
             "sagemaker_instance_type": "ml.c5.xlarge",
             "sagemaker_mpi_num_of_processes_per_host": 2,  # torchrun's --nproc_per_node on a CPU instance
         },
-        {"SAGEMAKER_TRAINING_MODULE": "sagemaker_pytorch_container.training:main"},
+        {"SAGEMAKER_TRAINING_MODULE": "sagemaker_lightning.toolkit:main"},  # the image's
     ),
 }
 

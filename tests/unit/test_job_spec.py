@@ -66,6 +66,14 @@ def test_mlflow_goes_into_the_jobs_environment_as_aws_examples_pass_it(uri):
     assert "MLFLOW_TRACKING_URI" not in job(*CLOUD).environment
 
 
+@pytest.mark.parametrize("seconds", [0, 1800, 3600])
+def test_keep_alive_is_resolved_within_sagemakers_range(seconds):
+    assert job(*CLOUD, "--keep-alive", str(seconds)).keep_alive == seconds
+    assert job(*CLOUD).keep_alive is None  # none asked: SageMaker keeps no warm pool
+    with pytest.raises(SystemExit, match="--keep-alive is for cloud jobs on demand: local mode keeps no instance"):
+        job(*LOCAL, "--keep-alive", str(seconds))
+
+
 def test_a_local_job_gets_the_dummy_role_and_its_own_tensorboard_setting():
     local = job(*LOCAL, "--tensorboard", "s3://b/tb", "logger.save_dir=mine")
     assert local.local and local.role == spec.LOCAL_ROLE and local.output == f"file://{os.path.abspath('o')}"
@@ -109,6 +117,9 @@ def test_what_sdk3_refuses_sdk2_runs():
         ("v2", [*CLOUD, "--mlflow", "mlflow.internal:5000"], "--mlflow: the MLflow tracking URI mlflow.internal:5000 "),
         ("v3", [*CLOUD, "--mlflow", "arn:aws:sagemaker:us-east-1:1:mlflow-app/a"], "--mlflow: the MLflow tracking URI"),
         ("v2", [*CLOUD, "--mlflow", "http://m:5000", "--network-isolation"], "--mlflow needs the network"),
+        ("v2", [*CLOUD, "--keep-alive", "3601"], "--keep-alive 3601 is outside SageMaker's range: give 0 to 3600"),
+        ("v3", [*CLOUD, "--keep-alive", "-1"], "--keep-alive -1 is outside SageMaker's range: give 0 to 3600"),
+        ("v2", [*CLOUD, "--spot", "--keep-alive", "60"], "--keep-alive is for cloud jobs on demand"),
     ],
 )
 def test_a_bad_option_fails_in_one_line_before_the_sdk_is_imported(sdk, words, message, tmp_path):

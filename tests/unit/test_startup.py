@@ -22,6 +22,8 @@ LIGHT = (
     "sagemaker_lightning.network",
     "sagemaker_lightning.hyperparameters",
     "sagemaker_lightning.paths",
+    "sagemaker_lightning.warmpool",
+    "sagemaker_lightning.toolkit",
     "sagemaker_lightning.instances",
     "sagemaker_lightning.efa",
     "sagemaker_lightning.failure",
@@ -74,3 +76,16 @@ def test_the_guard_itself_catches_an_import_of_torch():
     """The check can fail: a module that imports torch is named."""
     done = run("import sagemaker_lightning.progress")
     assert done.returncode != 0 and "torch imported by" in done.stderr and "progress.py" in done.stderr
+
+
+def test_the_toolkits_framework_module_reads_torchs_version_without_importing_it():
+    """The image's SAGEMAKER_TRAINING_MODULE (toolkit.py) sets SM_DLC_TORCH_VERSION as the PyTorch toolkit's would,
+    torch.__version__, but from torch's version.py: the toolkit's process no longer imports torch."""
+    import torch
+
+    done = subprocess.run(
+        [sys.executable, "-c", "import os, sys; from sagemaker_lightning import toolkit; toolkit.set_torch_version(); "
+         "print(os.environ['SM_DLC_TORCH_VERSION'], 'torch' in sys.modules)"],
+        capture_output=True, text=True, env={"PATH": os.environ["PATH"]},
+    )  # fmt: skip
+    assert done.returncode == 0 and done.stdout.split() == [torch.__version__, "False"], done.stderr

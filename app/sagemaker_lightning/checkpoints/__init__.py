@@ -8,6 +8,7 @@
   sharded.py  fsdp's sharded saves: their layout, when one is complete, how one is written and read (nothing run)
   loader.py   a training loader that resumes mid-epoch (ResumableDataLoader, ResumableEpoch)
   export.py   model.pt and config.yaml in model_dir after fit (Export)
+  compile_cache.py  torch.compile's cache saved with the checkpoints, loaded when the job resumes (CompileCache)
 
 The hub (cli.py) asks for this concern's parts below, in the order it builds the trainer.
 
@@ -17,6 +18,7 @@ The hub (cli.py) asks for this concern's parts below, in the order it builds the
 from collections.abc import Callable, Mapping
 
 from sagemaker_lightning import signals
+from sagemaker_lightning.checkpoints.compile_cache import CompileCache
 from sagemaker_lightning.checkpoints.export import Export
 from sagemaker_lightning.checkpoints.io import AtomicCheckpointIO
 from sagemaker_lightning.checkpoints.last import LastCheckpoint
@@ -36,7 +38,8 @@ def resume_point(model_checkpoint, model, sharded_saves: bool, announce: bool) -
 
 def callbacks(pl, on_sagemaker: bool, config: Mapping, model_checkpoint, point, config_yaml: Callable[[], str]):
     """LastCheckpoint on SageMaker or where the job resumes from checkpoint.dirpath (off SageMaker the runtime's
-    checkpointing starts with that setting); Export there too, and wherever model_dir is set. Where a stop's SIGTERM
+    checkpointing starts with that setting); Export there too, and wherever model_dir is set; CompileCache beside
+    them where compile_cache is true. Where a stop's SIGTERM
     cannot reach the training processes, LastCheckpoint is told why (signals.py) and saves by time instead."""
     if not (on_sagemaker or point):
         return [made(Export, pl)(config["model_dir"], config_yaml)] if config["model_dir"] else []
@@ -45,6 +48,7 @@ def callbacks(pl, on_sagemaker: bool, config: Mapping, model_checkpoint, point, 
     return [
         made(LastCheckpoint, pl)(every, model_checkpoint, unprotected, point),
         made(Export, pl)(config["model_dir"], config_yaml),
+        *([made(CompileCache, pl)(model_checkpoint)] if config["compile_cache"] else []),
     ]
 
 
