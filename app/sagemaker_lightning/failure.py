@@ -37,9 +37,10 @@ def report(message: str, env: Mapping[str, str] = os.environ, output_dir: str | 
     sys.stderr.write(f"ERROR: {line}\n")  # one write: several ranks may fail at once into one stream
     sys.stderr.flush()
     if error_file := env.get("TORCHELASTIC_ERROR_FILE"):  # torchrun's: its summary and the next attempt show the line
-        try:
+        try:  # torch's ErrorHandler's format; its summary shows py_callstack, here the line itself
             with open(error_file, "w") as f:
-                json.dump({"message": line, "timestamp": int(time.time())}, f)
+                info = {"py_callstack": line, "timestamp": str(int(time.time()))}
+                json.dump({"message": {"message": line, "extraInfo": info}}, f)
         except OSError:
             pass
     output_dir = output_dir or paths.failure_dir(env)

@@ -32,6 +32,8 @@ from sagemaker_lightning.platforms.sagemaker import smddp_enabled
 DEFAULT_CHANNEL = "training"  # the input channel that holds the data; DATA_CHANNEL in the environment names another
 DEFAULT_TIMEOUT_S = 600  # seconds a rank waits for the others (dist_timeout); torch's own default is 30 minutes
 MAX_TIMEOUT_S = 28 * 24 * 3600  # the longest a SageMaker job runs (MaxRuntimeInSeconds): no wait needs to be longer
+UNSHARED_STORE = "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"  # set for the torchrun the runtime starts: each attempt's store
+# is new (restarts.SHARED_STORE says why)
 FR_BUFFER_SIZE = "256"  # collectives torch's flight recorder keeps per process: several steps of DDP; each watchdog
 # heartbeat reads them all (2,000: a 45 ms JSON dump every 2 s, 2 AMD EPYC cores, torch 2.14.1; 256: a few ms)
 
@@ -191,6 +193,8 @@ def make_plan(
     out.update(recorder_env(env, output_data_dir))  # the flight recorder: hangs named (watchdog.py)
     if output_data_dir:  # what a plain script writes under its default root lands in output.tar.gz
         out["PL_TRAINER_DEFAULT_ROOT_DIR"] = output_data_dir
+    if found.torchrun and UNSHARED_STORE not in env:  # restarted ranks read no dead rank's address (restarts.py)
+        out[UNSHARED_STORE] = "1"
     sagemaker = found.platform == "SageMaker"
     return Plan(
         launcher=found.launcher,

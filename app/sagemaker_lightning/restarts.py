@@ -5,7 +5,7 @@
     by default; SageMaker: 120 s): the first save's time, measured, is compared with stop_grace_s (grace_line);
   - under torchrun, which restart this is (TORCHELASTIC_RESTART_COUNT, per host) and why the previous attempt's
     processes on this host ended: each failure line they left in torchrun's error file (failure.report writes it),
-    or none: a signal (restart_line).
+    or none: a signal (restart_line); a store shared across attempts, which a restart cannot trust (shared_store_line).
 No torch.
 
     python -c "from sagemaker_lightning import restarts; print(restarts.ephemeral('/tmp/ckpt', open('/proc/self/mountinfo').read()))"
@@ -88,10 +88,24 @@ def previous_failures(error_file: str, restart: int) -> dict[int, str | None]:
         try:
             with open(os.path.join(before, name, "error.json")) as f:
                 message = json.load(f).get("message")
-            found[int(name)] = message if isinstance(message, str) else message.get("message")
+            found[int(name)] = message.get("message") if isinstance(message, dict) else message
         except (OSError, ValueError, AttributeError):
             found[int(name)] = None
     return found
+
+
+def shared_store_line(env: Mapping[str, str]) -> str | None:
+    """The warning for torchrun that restarts its ranks over a store it keeps across attempts (its default since torch
+    2.4): a restarted rank may read a dead rank's address there and fail again (gloo: "Connection refused"; seen here
+    with torch 2.14.1, tests/container/test_platforms.py). The torchrun the runtime starts has a new store each time."""
+    restarts = env.get("TORCHELASTIC_MAX_RESTARTS", "0")
+    if env.get("TORCHELASTIC_USE_AGENT_STORE") != "True" or not restarts.isdigit() or int(restarts) == 0:
+        return None
+    return (
+        f"warning: torchrun restarts the ranks (--max-restarts={restarts}) over one store for every attempt: a "
+        "restarted rank can read a dead rank's address and fail again; start torchrun with "
+        "TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1"
+    )
 
 
 def restart_line(env: Mapping[str, str], host: str) -> str | None:
@@ -116,6 +130,8 @@ def announce(plan, dirpath: str | None, env: Mapping[str, str], rank_zero: bool)
     """At the start of a job's trainer: the restart line (each host's first process), and the checkpoint directory's
     warning (global rank 0; SageMaker keeps its own directory)."""
     if plan.launcher == "torchrun" and env.get("LOCAL_RANK") == "0" and (line := restart_line(env, plan.host)):
+        say(line)
+    if rank_zero and (line := shared_store_line(env)):
         say(line)
     if rank_zero and not plan.on_sagemaker:
         try:

@@ -153,6 +153,7 @@ def test_platforms(name):
     assert got == (platform, launcher, hosts, node_rank, per_host, master)
     assert {k: p.env.get(k) for k in variables} == variables
     assert list(p.torchrun) == torchrun
+    assert p.env.get("TORCH_DISABLE_SHARE_RDZV_TCP_STORE") == ("1" if torchrun else None)  # a new store each attempt
     assert p.in_job and not p.on_sagemaker or platform == "SageMaker"
     assert (p.checkpoint_dir, p.model_dir, p.channels) == ((None, None, {}) if platform != "SageMaker" else
                                                           (p.checkpoint_dir, p.model_dir, p.channels))  # fmt: skip

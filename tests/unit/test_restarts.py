@@ -64,8 +64,11 @@ def test_a_restart_names_how_the_previous_attempt_ended(tmp_path, monkeypatch, c
         (run / "attempt_1" / str(rank)).mkdir(parents=True)
     monkeypatch.setenv("TORCHELASTIC_ERROR_FILE", str(run / "attempt_0" / "0" / "error.json"))
     failure.report("lost the connection to host node-1 during training")
-    assert json.loads((run / "attempt_0" / "0" / "error.json").read_text())["message"] == (
-        "lost the connection to host node-1 during training"
+    written = json.loads((run / "attempt_0" / "0" / "error.json").read_text())["message"]  # torch's format
+    assert (
+        written["message"]
+        == written["extraInfo"]["py_callstack"]
+        == ("lost the connection to host node-1 during training")
     )
     assert "ERROR: lost the connection" in capsys.readouterr().err
     env = {"TORCHELASTIC_RESTART_COUNT": "1", "TORCHELASTIC_ERROR_FILE": str(run / "attempt_1" / "0" / "error.json")}
@@ -75,3 +78,10 @@ def test_a_restart_names_how_the_previous_attempt_ended(tmp_path, monkeypatch, c
         "ended without a line (a signal: SIGKILL, most often the out-of-memory killer, or a crash)"
     )
     assert restarts.restart_line({**env, "TORCHELASTIC_RESTART_COUNT": "0"}, "h") is None
+
+
+def test_torchrun_that_restarts_over_a_shared_store_is_warned_of():
+    shared = {"TORCHELASTIC_USE_AGENT_STORE": "True", "TORCHELASTIC_MAX_RESTARTS": "1"}
+    assert "TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1" in restarts.shared_store_line(shared)
+    assert restarts.shared_store_line({**shared, "TORCHELASTIC_MAX_RESTARTS": "0"}) is None
+    assert restarts.shared_store_line({**shared, "TORCHELASTIC_USE_AGENT_STORE": "False"}) is None
