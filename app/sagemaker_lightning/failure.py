@@ -3,7 +3,7 @@
 SageMaker shows the first 1024 characters of `/opt/ml/output/failure` as the job's FailureReason. The training
 toolkit and SDK 3.x's driver write that file only when it does not exist yet, so the line written here stays. Under
 torchrun the line also goes to torchrun's error file (TORCHELASTIC_ERROR_FILE): its error summary shows it, and a
-restarted attempt names it (restarts.py).
+restarted attempt names it (restarts.py). In a Kubernetes pod it is the container's termination message too.
 
 Every translation of a failure into that line is in this module, in two tables a reader can scan:
   EXCEPTIONS  an exception raised in the training process → its line (and whether its traceback helps)
@@ -24,6 +24,7 @@ from collections.abc import Callable, Mapping
 from sagemaker_lightning import paths
 
 SIGTERM_EXIT = 128 + signal.SIGTERM  # stopped, checkpoint saved: not a failure of the code
+TERMINATION_LOG = "/dev/termination-log"  # a Kubernetes container's terminationMessagePath, where the kubelet made it
 
 
 class UserError(Exception):
@@ -41,6 +42,12 @@ def report(message: str, env: Mapping[str, str] = os.environ, output_dir: str | 
             with open(error_file, "w") as f:
                 info = {"py_callstack": line, "timestamp": str(int(time.time()))}
                 json.dump({"message": {"message": line, "extraInfo": info}}, f)
+        except OSError:
+            pass
+    if os.path.exists(TERMINATION_LOG):  # Kubernetes' termination message (kubectl describe pod): never made here
+        try:
+            with open(TERMINATION_LOG, "a") as f:
+                f.write(line + "\n")
         except OSError:
             pass
     output_dir = output_dir or paths.failure_dir(env)

@@ -85,3 +85,14 @@ def test_torchrun_that_restarts_over_a_shared_store_is_warned_of():
     assert "TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1" in restarts.shared_store_line(shared)
     assert restarts.shared_store_line({**shared, "TORCHELASTIC_MAX_RESTARTS": "0"}) is None
     assert restarts.shared_store_line({**shared, "TORCHELASTIC_USE_AGENT_STORE": "False"}) is None
+
+
+def test_in_a_kubernetes_pod_the_line_is_its_termination_message(tmp_path, monkeypatch, capsys):
+    """/dev/termination-log, where the kubelet mounted it (kubectl describe pod shows it); never made elsewhere."""
+    log = tmp_path / "termination-log"
+    monkeypatch.setattr(failure, "TERMINATION_LOG", str(log))
+    failure.report("WORLD_SIZE=3 disagrees")
+    assert not log.exists()
+    log.write_text("")
+    failure.report("WORLD_SIZE=3 disagrees")
+    assert log.read_text() == "WORLD_SIZE=3 disagrees\n"

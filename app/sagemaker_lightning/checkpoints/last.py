@@ -71,6 +71,7 @@ class LastCheckpoint:
     AUTO_INTERVAL_S of training, the steps counted from the measured step time, and rank 0 says what bounds the loss."""
 
     BASE = "callbacks.Callback"
+    clock = staticmethod(time.monotonic)  # a save's time, against the stop's grace
 
     def __init__(
         self, every_n_steps: int | None, checkpoint, unprotected: str | None = None, resume_point=None, grace_s=None
@@ -94,13 +95,13 @@ class LastCheckpoint:
         path = os.path.join(self.checkpoint.dirpath, "last.ckpt")
         if trainer.is_global_zero and not sharding.sharded(trainer.strategy):  # fsdp keeps two saves itself
             keep_previous(path)
-        started = time.monotonic()
+        started = self.clock()
         with sharding.sharded_saves(trainer.strategy):  # fsdp: a folder of one file per rank (sharding.py)
             trainer.save_checkpoint(path, weights_only=False)  # every rank calls it; rank 0 writes (atomically)
         self._saved_step = trainer.global_step
         if trainer.is_global_zero:
             say(f"saved last.ckpt at epoch {trainer.current_epoch} step {trainer.global_step}")
-            if self.grace_s and (late := restarts.grace_line(time.monotonic() - started, self.grace_s)):
+            if self.grace_s and (late := restarts.grace_line(self.clock() - started, self.grace_s)):
                 say(late)  # the first save's only: each later one would say the same
             self.grace_s = None
         return path
