@@ -176,7 +176,7 @@ def stuck(platform) -> tuple[str, str]:
     """Slurm's two tasks, rank 1 stuck in Python at the start of step 2 (a deadlock in the project's code), with the
     defaults: started as soon as the module's first test runs."""
     job = platform.job("sl")
-    hang = ["--trainer.callbacks+=faults.Hang", "--trainer.callbacks.step=2"]
+    hang = ["--trainer.callbacks+=faults.Hang", "--trainer.callbacks.step=2", "--checkpoint.dirpath", "/tmp/ckpt"]
     return tuple(platform.start(f"{job}-{rank}", slurm(job, rank), *TRAIN, *hang) for rank in (0, 1))
 
 
@@ -245,6 +245,7 @@ def test_a_stopped_pod_saves_and_the_recreated_gang_resumes_exactly(platform, re
     assert ended(*pods) == [0, 0], logs(pods[0])[-4000:]
     output = logs(pods[0]) + logs(pods[1])
     assert f"resuming at epoch 0 step {stopped} from last.ckpt" in output
+    assert not re.search(r"warning: (no )?checkpoint\.dirpath", output)  # a volume that outlives the pods: no warning
     assert re.search(rf"launch: torchrun \(Kubeflow\) on {tj}-node-0-0,node-1", output)
     assert weights(*pods) == reference  # same final step, same weights: an exact resume
     assert {"model.pt", "config.yaml"} <= set(os.listdir(model))
@@ -283,6 +284,8 @@ def test_a_rank_stuck_in_the_first_steps_ends_every_host_with_the_hang_line(stuc
     first = logs(stuck[0], stamps=True)
     assert re.search(r"launch: srun \(Slurm\) on sl\w+-0,sl\w+-1, this is sl\w+-0 \(node 0\)", first), first[-3000:]
     assert codes == [1, 1], first[-3000:]
+    # a checkpoint directory in the container's own filesystem: the warning, once (a restarted pod would not find it)
+    assert first.count("warning: checkpoint.dirpath=/tmp/ckpt is on this container's own filesystem (overlay)") == 1
     line = rf"did not finish within the training timeout of {watchdog.FLOOR_S:g} s \(training_timeout\)"
     for pod in stuck:
         assert re.search(line + r".*rank 1 on sl\w+-1", logs(pod)), logs(pod)[-3000:]

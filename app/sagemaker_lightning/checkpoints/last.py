@@ -165,7 +165,7 @@ class LastCheckpoint:
         if trainer.is_global_zero:
             say(
                 f"no SIGTERM reaches the training processes ({self.unprotected}): a stop (spot interruption, "
-                f"StopTrainingJob) loses what was trained since the last checkpoint; {bound} bounds it "
+                f"StopTrainingJob, a pod's deletion) loses what was trained since the last checkpoint; {bound} bounds it "
                 "(last_checkpoint_every_n_steps sets another interval)"
             )
 
