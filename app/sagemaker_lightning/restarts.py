@@ -5,7 +5,8 @@
     by default; SageMaker: 120 s): the first save's time, measured, is compared with stop_grace_s (grace_line);
   - under torchrun, which restart this is (TORCHELASTIC_RESTART_COUNT, per host) and why the previous attempt's
     processes on this host ended: each failure line they left in torchrun's error file (failure.report writes it),
-    or none: a signal (restart_line); a store shared across attempts, which a restart cannot trust (shared_store_line).
+    or none: a signal (restart_line); a store shared across attempts, which a restart cannot trust (shared_store_line);
+    across SageMaker hosts, a checkpoint directory that is each host's own (unshared_line).
 No torch.
 
     python -c "from sagemaker_lightning import restarts; print(restarts.ephemeral('/tmp/ckpt', open('/proc/self/mountinfo').read()))"
@@ -108,6 +109,22 @@ def shared_store_line(env: Mapping[str, str]) -> str | None:
     )
 
 
+def unshared_line(plan, dirpath: str | None, env: Mapping[str, str]) -> str | None:
+    """The warning for in-job recovery across SageMaker hosts whose checkpoint directory is each host's own
+    (/opt/ml/checkpoints: SageMaker restores it on every host only when it restarts the job): a restart that puts
+    global rank 0 on another host, or any rank on a host that did not write last.ckpt, finds none."""
+    restarts = env.get("TORCHELASTIC_MAX_RESTARTS", "0")
+    if not (plan.on_sagemaker and len(plan.hosts) > 1 and restarts.isdigit() and int(restarts) > 0):
+        return None
+    if dirpath and "://" in dirpath:
+        return None
+    return (
+        f"warning: torchrun restarts the ranks (max_restarts={restarts}) but checkpoint.dirpath={dirpath} is each "
+        "host's own: a restarted rank on a host that did not write last.ckpt finds none; set checkpoint.dirpath to "
+        "s3://... (or a file system every host mounts) for in-job recovery across hosts"
+    )
+
+
 def restart_line(env: Mapping[str, str], host: str) -> str | None:
     """Under torchrun after a restart of this host's processes: which restart, and how the previous ones ended."""
     restart = int(env.get("TORCHELASTIC_RESTART_COUNT") or 0)
@@ -127,13 +144,17 @@ def restart_line(env: Mapping[str, str], host: str) -> str | None:
 
 
 def announce(plan, dirpath: str | None, env: Mapping[str, str], rank_zero: bool) -> None:
-    """At the start of a job's trainer: the restart line (each host's first process), and the checkpoint directory's
-    warning (global rank 0; SageMaker keeps its own directory)."""
+    """At the start of a job's trainer: the restart line (each host's first process); on global rank 0 the warnings
+    on what a restart could not use: a store shared across torchrun's attempts, a checkpoint directory that is each
+    SageMaker host's own, or (elsewhere) one that goes with the container."""
     if plan.launcher == "torchrun" and env.get("LOCAL_RANK") == "0" and (line := restart_line(env, plan.host)):
         say(line)
-    if rank_zero and (line := shared_store_line(env)):
-        say(line)
-    if rank_zero and not plan.on_sagemaker:
+    if not rank_zero:
+        return
+    for line in (shared_store_line(env), unshared_line(plan, dirpath, env)):
+        if line:
+            say(line)
+    if not plan.on_sagemaker:
         try:
             with open(MOUNTINFO) as f:
                 mounts = f.read()

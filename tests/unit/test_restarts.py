@@ -7,6 +7,7 @@ import json
 import pytest
 
 from sagemaker_lightning import failure, restarts
+from sagemaker_lightning.plan import make_plan
 
 pytestmark = pytest.mark.unit
 
@@ -96,3 +97,14 @@ def test_in_a_kubernetes_pod_the_line_is_its_termination_message(tmp_path, monke
     log.write_text("")
     failure.report("WORLD_SIZE=3 disagrees")
     assert log.read_text() == "WORLD_SIZE=3 disagrees\n"
+
+
+def test_in_job_recovery_across_sagemaker_hosts_needs_a_shared_checkpoint_directory():
+    restarting = {"TORCHELASTIC_MAX_RESTARTS": "1"}
+    torchrun = {"TORCHELASTIC_RUN_ID": "j", "RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "1"}
+    two = make_plan({"SM_HOSTS": '["algo-1","algo-2"]', "SM_CURRENT_HOST": "algo-1", **torchrun}, ())
+    one = make_plan({"SM_HOSTS": '["algo-1"]', "SM_CURRENT_HOST": "algo-1", **torchrun, "WORLD_SIZE": "1"}, ())
+    assert "is each host's own" in restarts.unshared_line(two, "/opt/ml/checkpoints", restarting)
+    assert restarts.unshared_line(two, "s3://bucket/ckpt", restarting) is None
+    assert restarts.unshared_line(two, "/opt/ml/checkpoints", {}) is None  # no restarts
+    assert restarts.unshared_line(one, "/opt/ml/checkpoints", restarting) is None  # one host: its own is every host's
