@@ -15,7 +15,7 @@ from sagemaker_lightning import plan as launch_plan
 
 
 def apply(env=os.environ) -> None:
-    if launch_plan.launcher(env) == "none":
+    if launch_plan.launcher(env) == "none":  # SageMaker only: elsewhere Lightning finds a plain script's cluster
         return
     try:
         plan = launch_plan.make_plan(env, {name for _, name in socket.if_nameindex()})

@@ -4,18 +4,20 @@
     LightningCLI(MyModel, MyDataModule)
 
 It is a subclass of the LightningCLI of the package the project's classes are built on (lightning.pytorch or
-pytorch_lightning: flavor.py), chosen when it is called, so a project's own subclass of it works with either. Off
-SageMaker it is Lightning's (scripts/lightning_cli_suite.py runs Lightning's own tests against it): it adds the
+pytorch_lightning: flavor.py), chosen when it is called, so a project's own subclass of it works with either. Outside
+a platform's job (plan.in_job: SageMaker, Kubeflow, Slurm, torchrun; platforms/) it is Lightning's
+(scripts/lightning_cli_suite.py runs Lightning's own tests against it): it adds the
 runtime's settings to the parser (settings.py), a one-line end to a script that fails (failure.py, through
 sys.excepthook: a caller that catches gets Lightning's exception), the precision for the machine when the project sets
 none (precision.py) and only the warnings a user can act on (quiet.py); resuming and last.ckpt start with
 checkpoint.dirpath, the export with model_dir; options without a subcommand or a config file run fit, as on SageMaker.
-On SageMaker, in this order:
+In a job, in this order (1's hyperparameters and paths on SageMaker only):
   1. arguments: SageMaker's typed hyperparameters (hyperparameters.py) for the ones a launcher rendered, `fit` when
      no subcommand is given (both SageMaker launchers start the script with options only), and the job's paths
      before them so that the user's win: checkpoint.dirpath, model_dir, logger.save_dir, trainer.default_root_dir, the
      data channel for the data module's data_dir (or the keys `data_channels` names); errors raise, as one line;
-  2. the launch plan (plan.py) from the environment and the resolved trainer settings; its variables set; printed;
+  2. the launch plan (plan.py) from the environment and the resolved trainer settings; its variables set; the master
+     resolvable; torchrun started where the plan says; printed; what a restart needs (restarts.py);
   3. the trainer, concern by concern (instantiate_trainer lists them): the strategy on the plan's cluster, backend
      and timeout (strategy.py; fsdp: sharding.py), checkpoints and resume (checkpoints/), progress lines, the stop
      agreement (stop.py), pre-flight (preflight.py), the watchdog (watchdog.py), lr scaling (scaling.py),
@@ -46,6 +48,7 @@ from sagemaker_lightning import (
     progress,
     quiet,
     redact,
+    restarts,
     scaling,
     settings,
     sharding,
@@ -66,6 +69,13 @@ DEFAULT_DATA_KEY = "data_dir"  # the data module's argument that receives the da
 
 def _interfaces() -> set[str]:
     return {name for _, name in socket.if_nameindex()}
+
+
+def _here() -> dict:
+    """What the plan asks of this host where the platform does not say: its GPUs (torch is imported by now; the count
+    does not initialise CUDA) and its name."""
+    torch = sys.modules.get("torch")
+    return {"gpus": torch.cuda.device_count() if torch else 0, "hostname": socket.gethostname()}
 
 
 class LightningCLI:
@@ -92,7 +102,7 @@ class LightningCLI:
         # a failure nobody catches (a script's, a job's) is one line; a caller that catches gets Lightning's exception
         sys.excepthook = functools.partial(self._uncaught, stderr=sys.stderr)
         quiet.install()  # after Lightning's import, whose own filters would otherwise come first
-        self.plan = make_plan(os.environ, _interfaces(), checkpoint_dir=paths.checkpoint_dir(os.environ))
+        self.plan = make_plan(os.environ, _interfaces(), checkpoint_dir=paths.checkpoint_dir(os.environ), **_here())
         try:
             super().__init__(*args, **kwargs)
         except flavor.attribute(self.pl, "utilities.exceptions.SIGTERMException") as e:
@@ -138,7 +148,7 @@ class LightningCLI:
     # ---- 1. arguments ---------------------------------------------------------------------------------------------
 
     def init_parser(self, **kwargs):
-        if self.plan.on_sagemaker:
+        if self.plan.in_job:
             kwargs.setdefault("exit_on_error", False)  # errors raise, and become one line (failure.py)
         return super().init_parser(**kwargs)
 
@@ -202,18 +212,22 @@ class LightningCLI:
             config["dist_timeout"],
             paths.checkpoint_dir(os.environ),
             bool(workers),
+            max_restarts=config["max_restarts"],
+            **_here(),
         )
-        if self.plan.on_sagemaker:
+        if self.plan.in_job:
             self.plan.apply(os.environ, override=True)
             if trainer.get("num_nodes") == 1:  # Lightning's default: the job's hosts (another fails the world check)
                 trainer.num_nodes = len(self.plan.hosts)
             if "devices" in trainer and trainer.devices in ("auto", -1, "-1", None):
                 trainer.devices = self.plan.processes_per_host
-            if command := strategy.torchrun_command(self.plan, os.environ, sys.executable, sys.argv):
-                os.execv(command[0], command)  # LAUNCHER=torchrun: torchrun starts one process per device instead
-            lifecycle.check_resolvable(self.plan.master_addr)
-            if global_rank_zero(self.plan, os.environ):
+            lifecycle.check_resolvable(self.plan.master_addr, self.plan.timeout_s)
+            if command := strategy.torchrun_command(self.plan, sys.executable, sys.argv):
+                os.execv(command[0], command)  # torchrun starts one process per device instead (Plan.torchrun)
+            rank_zero = global_rank_zero(self.plan, os.environ)
+            if rank_zero:
                 say(self.plan.line())
+            restarts.announce(self.plan, config.get("checkpoint.dirpath"), os.environ, rank_zero)
             signals.register(os.getpid())  # the image's entrypoint passes SIGTERM on to this process
             if self.plan.launcher == "process":
                 lifecycle.EndedChild(self.plan).attach()  # a local rank killed for memory is named, not this process
@@ -231,10 +245,10 @@ class LightningCLI:
         own, ours = self._own_model_checkpoint(listed), extra.get("checkpoint")
         if own:  # the project's, instead of the runtime's `checkpoint`: one ModelCheckpoint, as Lightning's CLI has
             del extra["checkpoint"]
-            if plan.on_sagemaker and own.dirpath is None:
+            if plan.in_job and own.dirpath is None:
                 own.dirpath = ours.dirpath  # the job's checkpoint directory, which SageMaker syncs
-        # what the runtime's checkpointing follows: the trainer's ModelCheckpoint on SageMaker; elsewhere its own only
-        model_checkpoint = own if own and plan.on_sagemaker else None if own else ours
+        # what the runtime's checkpointing follows: the trainer's ModelCheckpoint in a job; elsewhere its own only
+        model_checkpoint = own if own and plan.in_job else None if own else ours
         fsdp = self._get(self.config_init, "fsdp")
         kwargs.update(strategy.arguments(pl, plan, given, _listed(given.get("plugins")), fsdp))
         sharded = sharding.sharded(kwargs.get("strategy"))
@@ -243,7 +257,7 @@ class LightningCLI:
         kwargs["callbacks"] = [
             *listed,
             *progress.callbacks(pl, plan, hosts=next(iter(watch), None)),  # rank lines, progress lines
-            *checkpoints.callbacks(pl, plan.on_sagemaker, config, model_checkpoint, point, self._config_yaml),
+            *checkpoints.callbacks(pl, plan, config, model_checkpoint, point, self._config_yaml),
             *stop.callbacks(pl, plan),  # every rank stops at the same step
             *streaming.callbacks(pl, plan),  # streamed data (litdata) resumes exactly
             *preflight.callbacks(pl, plan, config),  # checks before the first step
@@ -251,10 +265,10 @@ class LightningCLI:
             *scaling.callbacks(pl, config),  # scale_lr_by_world_size
             *tracking.callbacks(pl, plan, config, given.get("logger"), self._config_yaml),  # MLflow, one run a job
         ]
-        plugins = checkpoints.plugins(pl, plan.on_sagemaker, point)
+        plugins = checkpoints.plugins(pl, plan.in_job, point)
         if plugins or "plugins" in kwargs:
             kwargs["plugins"] = [*kwargs.get("plugins", _listed(given.get("plugins"))), *plugins]
-        kwargs.update(progress.arguments(plan, given))  # on SageMaker, no progress bar without a terminal
+        kwargs.update(progress.arguments(plan, given))  # in a job, no progress bar without a terminal
         kwargs.update(settings.logger(pl, self._get(self.config_init, "logger"), given))  # TensorBoard by default
         if "precision" in given:  # the machine's when unset; a trainer class of the project's may not take it
             self.precision = precision.for_trainer(given)

@@ -3,7 +3,9 @@ SIGTERM on to the training processes and waits for every process, so training ca
 SageMaker's grace period; every way it fails ends in one line in the failure file.
 
 SageMaker signals only PID 1 on StopTrainingJob and spot interruption (and kills the container 120 s later); the
-training toolkit does not pass the signal on (sagemaker-training-toolkit #125, #173). The signal goes to each
+training toolkit does not pass the signal on (sagemaker-training-toolkit #125, #173). Kubernetes does the same (30 s
+later by default); HyperPod's graceful stop sends SIGUSR1, passed on as SIGTERM. Once the stopped trainers have
+ended, the command is signalled too: a launcher (torchrun with --max-restarts) would restart them. The signal goes to each
 training process that registered (signals.py); without any (a plain `docker run ... python script.py`), to the
 command itself. In a job the command's output passes through here as it comes (a \\r progress bar too), its last
 lines kept, each cut short, for the failure line. Before the command starts, inside a SageMaker job
@@ -47,6 +49,7 @@ LOG_TAIL_LINES = 300  # of the command's output, kept for the failure line: laun
 LOG_LINE_BYTES = 4096  # of each line in that tail, from its start: a line of any length (a tensor printed) is cut
 LOG_CHUNK_BYTES = 65536  # read from the command's pipes at a time, and passed on at once, newline or not
 LEFTOVER_GRACE_S = 10  # after the command ends: daemons it left (sshd for MPI) get this long to exit
+STOPS = {signal.SIGUSR1: signal.SIGTERM}  # other stops, passed on as SIGTERM: HyperPod's graceful operator stop
 
 
 def default_interface(route_table: str) -> str | None:
@@ -213,8 +216,8 @@ def main() -> int:
         if preparing:
             raise Stopped(signum)
 
-    signal.signal(signal.SIGTERM, on_early_signal)
-    signal.signal(signal.SIGINT, on_early_signal)
+    for signum in (signal.SIGTERM, signal.SIGINT, *STOPS):
+        signal.signal(signum, on_early_signal)
     command = sys.argv[1:] or ["train"]
     env = dict(os.environ)
     in_job = os.path.exists(RESOURCE_CONFIG)
@@ -244,7 +247,7 @@ def main() -> int:
     copies = [
         copy(stream, to, tail) for stream, to in ((child.stdout, sys.stdout), (child.stderr, sys.stderr)) if stream
     ]
-    deadline, stopped_by = None, None
+    deadline, stopped_by, signalled = None, None, []
 
     def leftovers() -> None:  # after the command: daemons it started (sshd for MPI)
         try:
@@ -254,18 +257,21 @@ def main() -> int:
 
     def on_signal(signum, frame):
         nonlocal deadline, stopped_by
+        received, signum = signum, STOPS.get(signum, signum)
         deadline, stopped_by = time.monotonic() + STOP_GRACE_S, signum
         trainers = signals.registered()
+        signalled[:] = trainers
         whom = f"training processes {', '.join(map(str, trainers))}" if trainers else f"the command ({child.pid})"
-        note(f"{signal.Signals(signum).name}: passed on to {whom}")  # in the log: when the stop came, and to whom
+        as_what = "" if received == signum else f" as {signal.Signals(signum).name}"
+        note(f"{signal.Signals(received).name}: passed on to {whom}{as_what}")  # in the log: when, and to whom
         for pid in trainers or [child.pid]:
             try:
                 os.kill(pid, signum)
             except ProcessLookupError:
                 pass
 
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    for signum in (signal.SIGTERM, signal.SIGINT, *STOPS):
+        signal.signal(signum, on_signal)
     for signum in pending[:1]:
         on_signal(signum, None)
     code, cleared = None, False
@@ -281,6 +287,14 @@ def main() -> int:
         if code is not None and not cleared and not (stopped_by and signals.registered()):
             cleared, deadline = True, min(deadline or float("inf"), time.monotonic() + LEFTOVER_GRACE_S)
             leftovers()
+        # after a stop, once the trainers it reached have ended: a launcher that would restart them (torchrun with
+        # --max-restarts) is stopped too, and stops whatever it started since
+        if signalled and code is None and not set(signalled) & set(signals.registered()):
+            signalled.clear()
+            try:
+                os.kill(child.pid, stopped_by)
+            except ProcessLookupError:
+                pass
         if pid == 0:
             if deadline is not None and time.monotonic() > deadline:
                 break

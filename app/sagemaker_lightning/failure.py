@@ -1,7 +1,9 @@
 """How a job fails: one line naming the problem and the fix, on stderr and in SageMaker's failure file.
 
 SageMaker shows the first 1024 characters of `/opt/ml/output/failure` as the job's FailureReason. The training
-toolkit and SDK 3.x's driver write that file only when it does not exist yet, so the line written here stays.
+toolkit and SDK 3.x's driver write that file only when it does not exist yet, so the line written here stays. Under
+torchrun the line also goes to torchrun's error file (TORCHELASTIC_ERROR_FILE): its error summary shows it, and a
+restarted attempt names it (restarts.py). In a Kubernetes pod it is the container's termination message too.
 
 Every translation of a failure into that line is in this module, in two tables a reader can scan:
   EXCEPTIONS  an exception raised in the training process → its line (and whether its traceback helps)
@@ -11,15 +13,18 @@ Everything else in the runtime raises; the CLI (cli.py) and the image's entrypoi
     SM_OUTPUT_DIR=/tmp python -c "from sagemaker_lightning import failure; failure.report('data.batch_size must be positive')"
 """
 
+import json
 import os
 import re
 import signal
 import sys
+import time
 from collections.abc import Callable, Mapping
 
 from sagemaker_lightning import paths
 
 SIGTERM_EXIT = 128 + signal.SIGTERM  # stopped, checkpoint saved: not a failure of the code
+TERMINATION_LOG = "/dev/termination-log"  # a Kubernetes container's terminationMessagePath, where the kubelet made it
 
 
 class UserError(Exception):
@@ -32,6 +37,19 @@ def report(message: str, env: Mapping[str, str] = os.environ, output_dir: str | 
     line = " ".join(str(message).split())
     sys.stderr.write(f"ERROR: {line}\n")  # one write: several ranks may fail at once into one stream
     sys.stderr.flush()
+    if error_file := env.get("TORCHELASTIC_ERROR_FILE"):  # torchrun's: its summary and the next attempt show the line
+        try:  # torch's ErrorHandler's format; its summary shows py_callstack, here the line itself
+            with open(error_file, "w") as f:
+                info = {"py_callstack": line, "timestamp": str(int(time.time()))}
+                json.dump({"message": {"message": line, "extraInfo": info}}, f)
+        except OSError:
+            pass
+    if os.path.exists(TERMINATION_LOG):  # Kubernetes' termination message (kubectl describe pod): never made here
+        try:
+            with open(TERMINATION_LOG, "a") as f:
+                f.write(line + "\n")
+        except OSError:
+            pass
     output_dir = output_dir or paths.failure_dir(env)
     if output_dir:
         try:  # "x": the first process to fail names the cause; ranks failing after it are consequences
@@ -168,7 +186,7 @@ def _lost_local_peer(e: BaseException, ctx: dict) -> str | None:
 
 def _lost_peer(e: BaseException, ctx: dict) -> str | None:
     plan = ctx.get("plan")
-    if plan is None or not plan.on_sagemaker:
+    if plan is None or not plan.in_job:
         return None
     return peer_failure(plan, str(e), ctx.get("resolve") or (lambda host: host))
 

@@ -92,14 +92,22 @@ def check_writable(paths: Mapping[str, str | None]) -> None:
             ) from e
 
 
-def check_resolvable(host: str) -> None:
-    """Fail at the start, naming the first host, when its name does not resolve."""
-    try:
-        socket.gethostbyname(host)
-    except OSError as e:
-        raise failure.UserError(
-            f"cannot resolve the first host {host!r} ({e}); check the job's hosts and its network"
-        ) from e
+def check_resolvable(host: str, timeout_s: float = 0, resolve=socket.gethostbyname, pause=time.sleep) -> None:
+    """Fail at the start, naming the first host, when its name does not resolve within `timeout_s` (dist_timeout):
+    a Kubernetes pod's name resolves once its pod runs, which may be after this one starts."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            resolve(host)
+            return
+        except OSError as e:
+            if time.monotonic() >= deadline:
+                raise failure.UserError(
+                    f"cannot resolve the first host {host!r} within dist_timeout={timeout_s:g} s ({e}): its pod or "
+                    "container did not start, or the name is wrong; check the job's hosts (MASTER_ADDR, "
+                    "PET_MASTER_ADDR, SLURM_NODELIST) and its network"
+                ) from e
+            pause(1)
 
 
 def cuda_available() -> bool:

@@ -1,46 +1,49 @@
-"""The launch plan: SageMaker's environment, resolved once into who trains where and what torch.distributed,
+"""The launch plan: the platform's environment, resolved once into who trains where and what torch.distributed,
 Lightning, NCCL and gloo need to know.
 
 `make_plan` is a pure function from an environment (a mapping of variable names to strings) plus the trainer's
 resolved settings to an immutable Plan; `Plan.env` holds the variables to set. Nothing here starts a process,
-resolves a name or reads a file, so every rule is unit-tested as a table (tests/unit/test_plan.py). This is the only
-module that reads SageMaker's variables on hosts and ranks (SM_HOSTS, SM_CURRENT_HOST, SM_NUM_GPUS, ...); its paths
-come from paths.py, the network interfaces and EFA from network.py. No torch: the start-up hook (autoenv.py) runs it
-in every Python process of the image.
+resolves a name or reads a file, so every rule is unit-tested as a table (tests/unit/test_plan.py). Each platform's
+variables are read in platforms/ (SageMaker's SM_HOSTS, Kubeflow's PET_*, SLURM_*, torchrun's, in the order
+platforms/__init__.py gives); SageMaker's paths come from paths.py, the network interfaces and EFA from network.py.
+No torch: the start-up hook (autoenv.py) runs it in every Python process of the image.
 
-Who started this process (SageMaker's `distribution`, or SDK 3.x's driver):
-  process   one process per host (no distribution; SDK 3.x's basic driver): ranks from the host list, and
-            Lightning starts one process per device
-  torchrun  torch_distributed, SDK 3.x's Torchrun(): one process per device, ranks from torchrun
-  mpirun    pytorchddp, smdistributed, mpi: one process per device, ranks from OMPI_COMM_WORLD_*
-  none      not on SageMaker: Lightning finds its cluster itself
+Who starts the training processes (Plan.launcher):
+  process   one process per host: Lightning starts one per device, or torchrun does (Plan.torchrun: LAUNCHER=torchrun,
+            a PyTorchJob or TrainJob, several processes on a host where the platform started one)
+  torchrun  torchrun (or hyperpodrun) started this process: ranks from torchrun
+  mpirun    SageMaker's MPI distributions: ranks from OMPI_COMM_WORLD_*
+  srun      Slurm's tasks: ranks from SLURM_*
+  none      no platform recognised: a single process, and the runtime's LightningCLI is Lightning's own
 
     SM_HOSTS='["algo-1","algo-2"]' SM_CURRENT_HOST=algo-2 SM_NUM_GPUS=0 \\
         python -c "import os; from sagemaker_lightning import plan; print(plan.make_plan(os.environ, {'eth0'}).line())"
 """
 
-import json
 import os
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 
-from sagemaker_lightning import network, paths
+from sagemaker_lightning import network, paths, platforms
 from sagemaker_lightning.failure import UserError
+from sagemaker_lightning.platforms.cluster import DEFAULT_MASTER_PORT
+from sagemaker_lightning.platforms.sagemaker import smddp_enabled
 
-DEFAULT_MASTER_PORT = "29500"  # torch.distributed's own default; MASTER_PORT (or SDK 3.x's SM_MASTER_PORT) wins
 DEFAULT_CHANNEL = "training"  # the input channel that holds the data; DATA_CHANNEL in the environment names another
 DEFAULT_TIMEOUT_S = 600  # seconds a rank waits for the others (dist_timeout); torch's own default is 30 minutes
 MAX_TIMEOUT_S = 28 * 24 * 3600  # the longest a SageMaker job runs (MaxRuntimeInSeconds): no wait needs to be longer
+UNSHARED_STORE = "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"  # set for the torchrun the runtime starts: each attempt's store
+# is new (restarts.SHARED_STORE says why)
 FR_BUFFER_SIZE = "256"  # collectives torch's flight recorder keeps per process: several steps of DDP; each watchdog
 # heartbeat reads them all (2,000: a 45 ms JSON dump every 2 s, 2 AMD EPYC cores, torch 2.14.1; 256: a few ms)
 
 
 @dataclass(frozen=True)
 class Plan:
-    """Where this process stands in its job. Outside SageMaker: launcher "none", one host, nothing to set."""
+    """Where this process stands in its job. No platform recognised: launcher "none", one host, nothing to set."""
 
-    launcher: str  # "process", "torchrun", "mpirun" or "none" (module docstring)
-    hosts: tuple[str, ...]  # the job's hosts in SageMaker's order (sorted: algo-1, algo-2, ...)
+    launcher: str  # "process", "torchrun", "mpirun", "srun" or "none" (module docstring)
+    hosts: tuple[str, ...]  # the job's hosts by node rank (SageMaker's sorted: algo-1, algo-2, ...; unnamed: node-<i>)
     node_rank: int  # this host's index in `hosts`
     processes_per_host: int  # training processes on each host (trainer.devices)
     master_addr: str  # the first host: torch.distributed's rendezvous
@@ -54,11 +57,19 @@ class Plan:
     output_data_dir: str | None  # packed into output.tar.gz
     env: Mapping[str, str | None] = field(default_factory=dict)  # variables to set (None: to unset)
     instance_type: str = ""  # SM_CURRENT_INSTANCE_TYPE: "ml.p5.48xlarge"; "local" in local mode
-    gpus: int = 0  # SM_NUM_GPUS: the GPUs the toolkit found on this host
+    gpus: int = 0  # SM_NUM_GPUS: the GPUs the toolkit found on this host (elsewhere: the GPUs torch sees)
+    platform: str = ""  # who runs the job (platforms/): "SageMaker", "Kubeflow", "Slurm", ...; "" for none
+    torchrun: tuple[str, ...] = ()  # torchrun's options when the runtime starts torchrun here (strategy.py)
 
     @property
     def on_sagemaker(self) -> bool:
-        return self.launcher != "none"
+        """A SageMaker training job: its paths, channels and hyperparameters."""
+        return self.platform == "SageMaker"
+
+    @property
+    def in_job(self) -> bool:
+        """A platform's job: the runtime's guarantees (resume, stop, failure lines, hang line, pre-flight) are on."""
+        return bool(self.platform)
 
     @property
     def host(self) -> str:
@@ -105,8 +116,9 @@ class Plan:
 
     def line(self) -> str:
         """The plan in one line, as rank 0 prints it at the start."""
+        launcher = self.launcher if self.on_sagemaker else f"{self.launcher} ({self.platform})"
         return (
-            f"launch: {self.launcher} on {','.join(self.hosts)}, this is {self.host} (node {self.node_rank}), "
+            f"launch: {launcher} on {','.join(self.hosts)}, this is {self.host} (node {self.node_rank}), "
             f"{self.processes_per_host} process(es) per host, world size {self.world_size}, "
             f"master {self.master_addr}:{self.master_port}, backend {self.backend or 'nccl (GPU) / gloo (CPU)'}, "
             f"timeout {self.timeout_s} s"
@@ -114,78 +126,21 @@ class Plan:
 
 
 def launcher(env: Mapping[str, str]) -> str:
-    """Which launcher started this process: "torchrun", "mpirun", "process" or "none" (module docstring)."""
-    if "SM_HOSTS" not in env:  # the toolkit and SDK 3.x's driver export it on every SageMaker host
-        return "none"
-    if "TORCHELASTIC_RUN_ID" in env:
-        return "torchrun"
-    if "OMPI_COMM_WORLD_RANK" in env:
-        return "mpirun"
-    return "process"
+    """Who started this process on a SageMaker host, "none" elsewhere (the start-up hook's question)."""
+    return platforms.sagemaker.launcher(env) if "SM_HOSTS" in env else "none"
 
 
-def hosts(env: Mapping[str, str]) -> tuple[list[str], int]:
-    """The job's hosts and this host's index among them (its node rank), from SM_HOSTS and SM_CURRENT_HOST."""
-    raw = env.get("SM_HOSTS", "")
-    try:
-        names = json.loads(raw)
-    except ValueError:
-        names = None
-    if not (isinstance(names, list) and names and all(isinstance(h, str) and h for h in names)):
-        raise UserError(f'SM_HOSTS={raw!r} is not a JSON list of host names; expected e.g. ["algo-1","algo-2"]')
-    if len(set(names)) != len(names):
-        raise UserError(f"SM_HOSTS={raw!r} names a host twice; each host must appear once")
-    current = env.get("SM_CURRENT_HOST", "")
-    if current not in names:
-        raise UserError(f"SM_CURRENT_HOST={current!r} is not in SM_HOSTS={raw}; set it to one of those hosts")
-    return names, names.index(current)
-
-
-def processes_per_host(env: Mapping[str, str], accelerator: str = "auto", devices="auto") -> int:
-    """Training processes per host: what a launcher started (LOCAL_WORLD_SIZE, OMPI_COMM_WORLD_LOCAL_SIZE), else
-    trainer.devices when it is a count or a list, else one per GPU (SM_NUM_GPUS) unless on the CPU, else 1."""
-    for started in ("LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE"):
-        if started in env and launcher(env) in ("torchrun", "mpirun"):
-            return int(env[started])
+def wanted(env: Mapping[str, str], accelerator: str = "auto", devices="auto", gpus: int = 0) -> int:
+    """Training processes per host the trainer asks for: trainer.devices when it is a count or a list, else one per
+    GPU (SM_NUM_GPUS on SageMaker, `gpus` elsewhere) unless on the CPU, else 1 (never the host's cores)."""
     if isinstance(devices, str) and devices.strip().isdigit():
         devices = int(devices)
     if isinstance(devices, int) and devices > 0:
         return devices
     if isinstance(devices, (list, tuple)) and devices:
         return len(devices)
-    gpus = int(env.get("SM_NUM_GPUS") or 0)
+    gpus = int(env.get("SM_NUM_GPUS") or gpus or 0)
     return gpus if gpus > 0 and str(accelerator).lower() != "cpu" else 1
-
-
-def smddp_enabled(env: Mapping[str, str]) -> bool:
-    """Whether the job asks for SMDDP (distribution smdistributed.dataparallel, or its framework parameter)."""
-    params = json.loads(env.get("SM_FRAMEWORK_PARAMS") or "{}")
-    return params.get("sagemaker_distributed_dataparallel_enabled") in (True, "true", "True")
-
-
-def _rank_env(env: Mapping[str, str], mode: str, names: list[str], node_rank: int, per_host: int) -> dict[str, str]:
-    """torch.distributed's and Lightning's variables for the launcher that started this process."""
-    master = {
-        "MASTER_ADDR": env.get("MASTER_ADDR") or env.get("SM_MASTER_ADDR") or names[0],
-        "MASTER_PORT": env.get("MASTER_PORT") or env.get("SM_MASTER_PORT") or DEFAULT_MASTER_PORT,
-    }
-    # Lightning reads these as Trainer defaults: a plain script's Trainer() spans the job without a change
-    out = {"PL_TRAINER_NUM_NODES": str(len(names)), "PL_TRAINER_DEVICES": str(per_host)}
-    if mode == "process":
-        out.update(master, NODE_RANK=str(node_rank), WORLD_SIZE=str(len(names) * per_host))
-    elif mode == "mpirun":
-        rank, local_rank = int(env["OMPI_COMM_WORLD_RANK"]), int(env["OMPI_COMM_WORLD_LOCAL_RANK"])
-        # mpirun exported the first host's SM_CURRENT_HOST to every rank: this one is on host rank // per_host
-        out.update(
-            master,
-            RANK=str(rank),
-            WORLD_SIZE=str(len(names) * per_host),
-            LOCAL_RANK=str(local_rank),
-            LOCAL_WORLD_SIZE=str(per_host),
-            NODE_RANK=str(node_rank),
-            SM_CURRENT_HOST=names[node_rank],
-        )
-    return out
 
 
 def recorder_env(env: Mapping[str, str], output_data_dir: str | None) -> dict[str, str]:
@@ -198,10 +153,12 @@ def recorder_env(env: Mapping[str, str], output_data_dir: str | None) -> dict[st
     return out
 
 
-def streaming_env(env: Mapping[str, str], hosts: int) -> dict[str, str]:
+def streaming_env(env: Mapping[str, str], hosts: int, sagemaker: bool) -> dict[str, str]:
     """What litdata reads when a dataset is made: the node count (on CPUs it would count 1 node; on GPUs it guesses from
-    the devices), and the cache for chunks, the job's own unless the job names another."""
-    return {"NNODES": str(hosts), "LITDATA_CACHE_DIR": env.get("LITDATA_CACHE_DIR") or paths.streaming_cache_dir(env)}
+    the devices), and on SageMaker the cache for chunks on the job's volume, unless the job names another (elsewhere
+    litdata's own default, or the job's)."""
+    cache = env.get("LITDATA_CACHE_DIR") or (paths.streaming_cache_dir(env) if sagemaker else None)
+    return {"NNODES": str(hosts), **({"LITDATA_CACHE_DIR": cache} if cache else {})}
 
 
 def check_timeout(seconds: int) -> int:
@@ -222,61 +179,61 @@ def make_plan(
     timeout_s: int = DEFAULT_TIMEOUT_S,
     checkpoint_dir: str | None = None,
     workers: bool = True,
+    gpus: int = 0,
+    hostname: str = "localhost",
+    max_restarts: int | None = None,
 ) -> Plan:
     """The plan for this process. `interfaces`: the network interfaces here; `accelerator`, `devices`: the trainer's
     settings (resolved from every source: YAML, --config, arguments); `checkpoint_dir`: the job's checkpoint_local_path
-    (paths.checkpoint_dir), when it names one; `workers`: whether DataLoader workers fork."""
-    check_timeout(timeout_s)  # off SageMaker too: the strategy gets it
-    mode = launcher(env)
-    if mode == "none":
+    (paths.checkpoint_dir), when it names one; `workers`: whether DataLoader workers fork; `gpus`: the GPUs here where
+    the platform does not say (SageMaker's SM_NUM_GPUS); `hostname`: this host's name; `max_restarts`: torchrun's,
+    where the runtime starts torchrun (None: the platform's, else 0)."""
+    check_timeout(timeout_s)  # off any platform too: the strategy gets it
+    per_host = wanted(env, accelerator, devices, gpus)
+    found = platforms.recognise(env, per_host, hostname, max_restarts=max_restarts, timeout_s=timeout_s)
+    if found is None:
         return Plan(
             "none", ("localhost",), 0, 1, "localhost", DEFAULT_MASTER_PORT, None, timeout_s, {}, "", None, None, None
         )
-    names, node_rank = hosts(env)
-    per_host = processes_per_host(env, accelerator, devices)
-    if mode == "mpirun":
-        size = int(env["OMPI_COMM_WORLD_SIZE"])
-        if size != len(names) * per_host:
-            raise UserError(
-                f"mpirun started {size} processes, not {per_host} on each of {len(names)} hosts; "
-                "set processes_per_host in the distribution to the same number on every host"
-            )
-        node_rank = int(env["OMPI_COMM_WORLD_RANK"]) // per_host  # mpirun fills each host's slots in host order
-    out = _rank_env(env, mode, names, node_rank, per_host)
+    out, sagemaker = dict(found.env), found.platform == "SageMaker"
     out.update(network.network_env(env, interfaces, workers))
-    output_data_dir = paths.output_data_dir(env)
+    output_data_dir = paths.output_data_dir(env) if sagemaker else None
     out.update(recorder_env(env, output_data_dir))  # the flight recorder: hangs named (watchdog.py)
     if output_data_dir:  # what a plain script writes under its default root lands in output.tar.gz
         out["PL_TRAINER_DEFAULT_ROOT_DIR"] = output_data_dir
-    out.update(streaming_env(env, len(names)))  # litdata's streamed datasets (streaming.py)
+    out.update(streaming_env(env, len(found.hosts), sagemaker))  # litdata's streamed datasets (streaming.py)
+    if found.torchrun and UNSHARED_STORE not in env:  # restarted ranks read no dead rank's address (restarts.py)
+        out[UNSHARED_STORE] = "1"
     return Plan(
-        launcher=mode,
-        hosts=tuple(names),
-        node_rank=node_rank,
-        processes_per_host=per_host,
-        master_addr=out.get("MASTER_ADDR") or env.get("MASTER_ADDR") or names[0],
-        master_port=out.get("MASTER_PORT") or env.get("MASTER_PORT") or DEFAULT_MASTER_PORT,
-        backend="smddp" if smddp_enabled(env) else None,
+        launcher=found.launcher,
+        hosts=found.hosts,
+        node_rank=found.node_rank,
+        processes_per_host=found.processes_per_host,
+        master_addr=found.master_addr,
+        master_port=found.master_port,
+        backend="smddp" if sagemaker and smddp_enabled(env) else None,
         timeout_s=timeout_s,
-        channels=paths.channels(env),
+        channels=paths.channels(env) if sagemaker else {},
         data_channel=env.get("DATA_CHANNEL", DEFAULT_CHANNEL),
-        checkpoint_dir=checkpoint_dir or paths.default_checkpoint_dir(env),
-        model_dir=paths.model_dir(env),
+        checkpoint_dir=checkpoint_dir or (paths.default_checkpoint_dir(env) if sagemaker else None),
+        model_dir=paths.model_dir(env) if sagemaker else None,
         output_data_dir=output_data_dir,
         env=out,
         instance_type=env.get("SM_CURRENT_INSTANCE_TYPE", ""),
-        gpus=int(env.get("SM_NUM_GPUS") or 0),
+        gpus=int(env.get("SM_NUM_GPUS") or gpus or 0),
+        platform=found.platform,
+        torchrun=found.torchrun,
     )
 
 
 def check_world_size(plan: Plan, num_nodes: int, devices_per_node: int) -> None:
     """Fail before any collective call when the trainer's world differs from the cluster it runs on."""
-    if not plan.on_sagemaker:
+    if not plan.in_job:
         return
     if num_nodes != len(plan.hosts):
         raise UserError(
             f"trainer.num_nodes={num_nodes} but the job has {len(plan.hosts)} hosts; "
-            "leave trainer.num_nodes unset on SageMaker"
+            "leave trainer.num_nodes unset in a job"
         )
     if devices_per_node != plan.processes_per_host:
         raise UserError(
@@ -287,10 +244,10 @@ def check_world_size(plan: Plan, num_nodes: int, devices_per_node: int) -> None:
 
 def global_rank_zero(plan: Plan, env: Mapping[str, str]) -> bool:
     """Whether this process is global rank 0, before the trainer exists: under the process launcher, Lightning's own
-    processes for local ranks 1.. have LOCAL_RANK; torchrun and mpirun give every process its RANK. Off SageMaker,
-    whichever of those a launcher set (SLURM's too) is 0, or none is set: a single process."""
+    processes for local ranks 1.. have LOCAL_RANK; torchrun, mpirun and srun give every process its RANK (the plan
+    sets srun's). Elsewhere, whichever of those a launcher set (SLURM's too) is 0, or none is set: a single process."""
     if plan.launcher == "process":
         return plan.node_rank == 0 and "LOCAL_RANK" not in env
     if plan.launcher == "none":
         return all(env.get(key, "0") == "0" for key in ("RANK", "LOCAL_RANK", "NODE_RANK", "SLURM_PROCID"))
-    return env.get("RANK") == "0"
+    return (plan.env.get("RANK") or env.get("RANK")) == "0"

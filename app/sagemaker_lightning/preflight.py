@@ -13,7 +13,8 @@ fast its network is, in one line of rank 0's, e.g.
              buffer with each other host's first rank, and a host much slower than the others is named.
 A device or EFA problem ends the job unless preflight=off; a busbw below the floor warns (preflight=warn, the default)
 or ends the job (preflight=fail). Every rank reaches the same verdict from the same gathered findings, so a failure
-is the same one line on every host (failure.UserError) and no rank is left waiting in a collective. SageMaker only.
+is the same one line on every host (failure.UserError) and no rank is left waiting in a collective. In a platform's
+job only (plan.in_job).
 
     python train.py --preflight fail --preflight_min_busbw 50     # as hyperparameters: {"preflight": "fail", ...}
 """
@@ -223,7 +224,7 @@ class Preflight:
         self.plan, self.mode, self.min_busbw, self.root = plan, mode, min_busbw, root
 
     def setup(self, trainer, pl_module, stage):
-        if stage != "fit" or self.mode == "off" or not self.plan.on_sagemaker:
+        if stage != "fit" or self.mode == "off" or not self.plan.in_job:
             return
         start = time.perf_counter()
         dist, device = torch.distributed, trainer.strategy.root_device
@@ -289,7 +290,7 @@ class Preflight:
 
 
 def callbacks(pl, plan, config) -> list:
-    """Preflight, on SageMaker."""
-    if not plan.on_sagemaker:
+    """Preflight, in a job."""
+    if not plan.in_job:
         return []
     return [made(Preflight, pl)(plan, config["preflight"], config["preflight_min_busbw"])]

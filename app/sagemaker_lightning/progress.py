@@ -116,9 +116,9 @@ class LogLines:
 
 
 def callbacks(pl, plan, hosts=None) -> list:
-    """RankReport and LogLines, on SageMaker; `hosts`: where the progress line's words on the hosts' spread are (the
+    """RankReport and LogLines, in a job; `hosts`: where the progress line's words on the hosts' spread are (the
     watchdog)."""
-    if not plan.on_sagemaker:
+    if not plan.in_job:
         return []
     return [made(RankReport, pl)(plan.host), made(LogLines, pl)(hosts=hosts)]
 
@@ -126,6 +126,6 @@ def callbacks(pl, plan, hosts=None) -> list:
 def arguments(plan, trainer: dict) -> dict:
     """On SageMaker, no progress bar where stdout is not a terminal (carriage returns make a mess of log files) unless
     the project asks for one: the progress lines take its place."""
-    if not plan.on_sagemaker or trainer.get("enable_progress_bar") is not None:
+    if not plan.in_job or trainer.get("enable_progress_bar") is not None:
         return {}
     return {"enable_progress_bar": sys.stdout.isatty()}

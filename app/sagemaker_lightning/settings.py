@@ -10,9 +10,9 @@ import os
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from jsonargparse.typing import PositiveFloat
+from jsonargparse.typing import NonNegativeInt, PositiveFloat
 
-from sagemaker_lightning import flavor, preflight, tracking, watchdog
+from sagemaker_lightning import flavor, preflight, restarts, tracking, watchdog
 from sagemaker_lightning.checkpoints import compile_cache
 from sagemaker_lightning.checkpoints.last import AUTO_INTERVAL_S
 from sagemaker_lightning.plan import DEFAULT_TIMEOUT_S
@@ -87,6 +87,22 @@ SETTINGS = (
         False,
         f"torch.compile's cache saved with the checkpoints ({compile_cache.FILE}) and loaded when the job resumes: "
         "it holds code torch runs, so turn it on only where no one else can write the checkpoint location",
+    ),
+    # platforms beyond SageMaker's training jobs (docs/platforms.md)
+    Setting(
+        "max_restarts",
+        NonNegativeInt | None,
+        None,
+        "where the runtime starts torchrun (LAUNCHER=torchrun, a PyTorchJob or TrainJob): times every rank restarts "
+        "from last.ckpt when one fails (null: the job's PET_MAX_RESTARTS, else 0)",
+    ),
+    Setting(
+        "stop_grace_s",
+        PositiveFloat | None,
+        None,
+        f"seconds from a stop's SIGTERM to SIGKILL (null: {restarts.SAGEMAKER_GRACE_S} on SageMaker, "
+        f"{restarts.KUBERNETES_GRACE_S} elsewhere: Kubernetes' terminationGracePeriodSeconds); a first save of "
+        "last.ckpt that would not fit is said",
     ),
 )
 

@@ -129,5 +129,5 @@ class StopTogether:
 
 
 def callbacks(pl, plan) -> list:
-    """StopTogether, on SageMaker (elsewhere a stop is Lightning's own)."""
-    return [flavor.made(StopTogether, pl)()] if plan.on_sagemaker else []
+    """StopTogether, in a job (elsewhere a stop is Lightning's own)."""
+    return [flavor.made(StopTogether, pl)()] if plan.in_job else []

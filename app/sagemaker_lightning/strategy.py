@@ -31,8 +31,8 @@ class LoneDDP:
 
 def cluster_environment(pl, plan: Plan):
     """Lightning's cluster environment for the launcher: torchrun's variables, else MASTER_ADDR, NODE_RANK, ...
-    (the plan set them for the process launcher and mpirun). None off SageMaker: Lightning detects it."""
-    if not plan.on_sagemaker:
+    (the plan set them for the process launcher, mpirun and srun). None outside a job: Lightning detects it."""
+    if not plan.in_job:
         return None
     name = "TorchElasticEnvironment" if plan.launcher == "torchrun" else "LightningEnvironment"
     return attribute(pl, f"plugins.environments.{name}")()
@@ -85,24 +85,11 @@ def arguments(pl, plan: Plan, trainer_config: dict, plugins: list, fsdp: shardin
     return {"plugins": [*plugins, cluster]} if cluster else {}
 
 
-def torchrun_command(plan: Plan, env, python: str, argv: list[str]) -> list[str] | None:
-    """With LAUNCHER=torchrun in a one-process-per-host job: the command that runs the script under torchrun, which
-    starts one process per device with c10d rendezvous on the first host (ranks by join order). None otherwise."""
-    chosen = env.get("LAUNCHER", "lightning")
-    if chosen not in ("lightning", "torchrun"):
-        raise UserError(f"LAUNCHER={chosen!r} is not one of lightning, torchrun; unset it or pick one of those")
-    if chosen == "lightning" or plan.launcher != "process":
+def torchrun_command(plan: Plan, python: str, argv: list[str]) -> list[str] | None:
+    """The command that runs the script under torchrun, where the plan says the runtime starts it (LAUNCHER=torchrun
+    on SageMaker, a PyTorchJob or TrainJob, several processes on a host where the platform started one): torchrun
+    starts one process per device and, with a c10d rendezvous and --max-restarts, restarts them all when one fails.
+    None otherwise."""
+    if not plan.torchrun or plan.launcher != "process":
         return None
-    return [
-        python,
-        "-m",
-        "torch.distributed.run",
-        f"--nnodes={len(plan.hosts)}",
-        f"--nproc_per_node={plan.processes_per_host}",
-        "--rdzv_backend=c10d",
-        f"--rdzv_endpoint={plan.master_addr}:{plan.master_port}",
-        f"--rdzv_id={env.get('TRAINING_JOB_NAME') or 'sagemaker-lightning'}",
-        "--max_restarts=0",
-        f"--rdzv_conf=join_timeout={plan.timeout_s}",
-        *argv,
-    ]
+    return [python, "-m", "torch.distributed.run", *plan.torchrun, *argv]

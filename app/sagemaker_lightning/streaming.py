@@ -3,9 +3,10 @@
 A project streams a dataset that litdata's optimize() wrote (index.json and chunk files under an s3:// prefix, or in
 a channel) through litdata's StreamingDataset and StreamingDataLoader. The loader's position (samples yielded, epoch)
 is its state_dict, which Lightning saves in every checkpoint (last.ckpt every N steps, at each epoch's end, on a stop:
-checkpoints/last.py) and gives back on resume. The launch plan gives litdata the node count (NNODES) and this host's
-cache directory (LITDATA_CACHE_DIR: paths.streaming_cache_dir). With litdata 0.2.76 and Lightning 2.6.6 that alone
-does not resume exactly; on SageMaker the runtime gets around each defect found (docs/streaming.md, with the tests):
+checkpoints/last.py) and gives back on resume. The launch plan gives litdata the node count (NNODES) and, on
+SageMaker, this host's cache directory (LITDATA_CACHE_DIR: paths.streaming_cache_dir). With litdata 0.2.76 and
+Lightning 2.6.6 that alone does not resume exactly; in a job (SageMaker's or another platform's: plan.in_job) the
+runtime gets around each defect found (docs/streaming.md, with the tests):
 
   - the state names this host's cache path, and litdata refuses a state with another (another host's, a moved
     cache): the loader is given the state with its own paths (`localized`);
@@ -260,5 +261,6 @@ class StreamingEpochs:
 
 
 def callbacks(pl, plan) -> list:
-    """StreamingEpochs, on SageMaker (elsewhere a project's loaders are Lightning's and litdata's own)."""
-    return [flavor.made(StreamingEpochs, pl)(plan.checkpoint_dir)] if plan.on_sagemaker else []
+    """StreamingEpochs in a recognised job, SageMaker's or another platform's (elsewhere a project's loaders are
+    Lightning's and litdata's own)."""
+    return [flavor.made(StreamingEpochs, pl)(plan.checkpoint_dir)] if plan.in_job else []

@@ -1,7 +1,8 @@
 """A hang names itself. Once training runs, a collective that does not finish within the training timeout ends the job
 on every host in one line that names the operation, the ranks and hosts that did not arrive, and what they were doing:
 
-    python train.py --training_timeout 300    # seconds; null: timeout_s's rule (FLOOR_S, TIMES_MEDIAN below)
+    python train.py --training_timeout 300    # seconds; null: timeout_s's rule (FLOOR_S, TIMES_MEDIAN below), from
+                                              # the first step on (the first step itself is a busy mark)
     torchfrtrace $SM_OUTPUT_DATA_DIR/flight_recorder -p rank_   # the dumps of the ranks that ended (NCCL's; torch
                                                                 # 2.14.1's analyser fails on gloo's: pickle.load them)
 
@@ -49,7 +50,9 @@ from sagemaker_lightning.lines import say
 
 FLOOR_S = 120.0  # a derived timeout is at least this: a slow first batch of an epoch, validation's end, a save
 TIMES_MEDIAN = 10  # a derived timeout: this many median steps
-MEASURED_STEPS = 10  # steps timed before a derived timeout applies; dist_timeout until then
+UNTIMED = 2  # intervals of a process's start not timed: up to the first batch, and the first step (it compiles and
+# warms up: it is a busy mark, no hang, and no measure of the steps after it)
+FIRST_STEP = "the first step (compiling, warming up)"  # the busy mark of each rank's first step
 READ_PERIODS = 2  # rank 0, whose process holds the store, waits at most this long for peers to read the line (cli's
 # fail waits 3 periods for the watchdog's exit)
 
@@ -69,18 +72,18 @@ def busy(what: str):
 
 
 def timeout_s(given: float | None, step_seconds: list[float], dist_timeout_s: float) -> float:
-    """The training timeout: the user's, else TIMES_MEDIAN median steps (at least FLOOR_S, at most dist_timeout) once
-    MEASURED_STEPS are timed, else dist_timeout."""
+    """The training timeout: the user's, else TIMES_MEDIAN median steps timed so far, at least FLOOR_S (with none
+    timed yet: FLOOR_S), at most dist_timeout. From the first step on: a hang in the first steps ends after the floor,
+    not dist_timeout; the first step itself is a busy mark (Watchdog), however long it compiles."""
     if given is not None:
         return given
-    if len(step_seconds) < MEASURED_STEPS:
-        return dist_timeout_s
-    return min(max(FLOOR_S, TIMES_MEDIAN * statistics.median(step_seconds)), dist_timeout_s)
+    median = statistics.median(step_seconds) if step_seconds else 0.0
+    return min(max(FLOOR_S, TIMES_MEDIAN * median), dist_timeout_s)
 
 
 class Watchdog:
     """The callback: times the training steps in the main thread (a few assignments a step), heartbeats and judges in
-    its own thread from the start of training to its end. Several processes on SageMaker only."""
+    its own thread from the start of training to its end. Several processes in a job only (plan.in_job)."""
 
     BASE = "callbacks.Callback"
     clock = staticmethod(time.monotonic)  # the main thread's progress, busy marks, the wait for the line's readers
@@ -107,6 +110,7 @@ class Watchdog:
         """The state the thread judges from."""
         self.rank, self.world_size, self.step, self.key = rank, world_size, step, key
         self.steps: deque[float] = deque(maxlen=100)  # the latest step times, for the median
+        self.untimed = UNTIMED  # intervals not timed yet (UNTIMED)
         self.beat = self.clock()  # the main thread's last progress
         self.busy_seen = -float("inf")  # when this rank or a peer was last seen busy
         self.answered = self.clock()  # when the store last answered
@@ -117,15 +121,24 @@ class Watchdog:
         self.stopping = threading.Event()
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        global _busy
         now = self.clock()
         if self.thread:
-            self.steps.append(now - self.beat)
+            if self.untimed:
+                self.untimed -= 1
+            else:
+                self.steps.append(now - self.beat)
             self.beat = now
+            if self.untimed == 1 and _busy is None:  # this rank's first step: no hang however long it compiles
+                _busy = FIRST_STEP
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        global _busy
         if self.thread:
             self.step = trainer.global_step  # steps done: a rank stuck before this step's hooks reports the same one
             self.since_ns = self.since_ns or time.time_ns()
+            if _busy == FIRST_STEP:
+                _busy = None
 
     def on_validation_batch_start(self, trainer, pl_module, batch, batch_idx, dataloader_idx=0):
         if self.thread:
@@ -313,7 +326,7 @@ class Watchdog:
 
 
 def callbacks(pl, plan, config) -> list:
-    """The Watchdog on SageMaker: a hang names itself, stragglers show."""
-    if not plan.on_sagemaker:
+    """The Watchdog in a job: a hang names itself, stragglers show."""
+    if not plan.in_job:
         return []
     return [made(Watchdog, pl)(config["training_timeout"], plan.timeout_s, plan.host, plan.output_data_dir)]

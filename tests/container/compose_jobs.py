@@ -5,6 +5,7 @@ of one test's jobs are told from those of another test, or of another run on the
 """
 
 import os
+import shutil
 import subprocess
 import sys
 
@@ -33,6 +34,16 @@ def containers(folder, stopped: bool = False) -> list[str]:
 def remove_containers(folder) -> None:
     if ids := containers(folder, stopped=True):
         subprocess.run(["docker", "rm", "-f", *ids], capture_output=True)
+
+
+def job_code(tmp_path) -> str:
+    """The example with the tests' faults beside it, as a job's own code (--source-dir)."""
+    code = tmp_path / "code"
+    if not code.exists():
+        shutil.copytree(os.path.join(ROOT, "app", "example"), code, ignore=shutil.ignore_patterns("__pycache__"))
+        for plugin in ("faults.py", "proctree.py"):
+            shutil.copy(os.path.join(ROOT, "tests", "plugins", plugin), code)
+    return str(code)
 
 
 def start_job(image, data_dir, output, *words, sdk: str = "v2", env: dict | None = None) -> subprocess.Popen:

@@ -6,6 +6,7 @@ import re
 import tarfile
 
 import pytest
+from compose_jobs import job_code
 
 from model import ImageClassifier
 
@@ -63,7 +64,7 @@ def test_one_instance(local_job, archive_dir, tmp_path):
 MODES = {  # name: (SDK, run_sagemaker.py options)
     "v2, one process per host": ("v2", []),
     "v3, one process per host": ("v3", []),  # v3 names a network interface ("ethwe") the container lacks
-    "v2, LAUNCHER=torchrun (c10d)": ("v2", ["--launcher", "torchrun"]),
+    "v2, LAUNCHER=torchrun (c10d), a rank killed and restarted in the job": ("v2", ["--launcher", "torchrun"]),
     "v3, torch_distributed (the toolkit's torchrun)": ("v3", ["--distribution", "torch_distributed"]),
     "v2, mpi (mpirun over ssh)": ("v2", ["--distribution", "mpi"]),
     # the toolkit hands mpirun the interface v3 names ("ethwe"): the image's entrypoint repairs it first
@@ -72,11 +73,25 @@ MODES = {  # name: (SDK, run_sagemaker.py options)
 }
 
 
+# in-job recovery (LAUNCHER=torchrun, max_restarts): rank 1 SIGKILLed in torchrun's first attempt, after last.ckpt
+# at step 1, in a checkpoint directory both hosts read (--checkpoints: one folder here; s3:// or FSx in the cloud)
+RECOVERY = ["max_restarts=1", "last_checkpoint_every_n_steps=1", "trainer.callbacks+=faults.KillRank",
+            "trainer.callbacks.step=1", "trainer.callbacks.attempt=0"]  # fmt: skip
+
+
 @pytest.mark.parametrize("mode", MODES)
 def test_two_instances_train_one_model(local_job, archive_dir, tmp_path, mode):
     sdk, options = MODES[mode]
+    if "restarted" in mode:
+        options = [*options, "--checkpoints", str(tmp_path / "ckpts"), "--source-dir", job_code(tmp_path),
+                   "--entry-point", "train.py", *RECOVERY]  # fmt: skip
     code, output, _ = local_job(2, archive_dir, *options, *TINY, sdk=sdk)
     assert code == 0, output[-5000:]
+    if "restarted" in mode:  # every rank restarted from last.ckpt inside the job, the log says which restart
+        assert "resuming at epoch 0 step 1 from last.ckpt" in output, output[-5000:]
+        assert re.search(
+            r"restart 1 of torchrun's worker group on host algo-\S+ \(TORCHELASTIC_RESTART_COUNT=1\)", output
+        ), "\n".join(line for line in output.splitlines() if "restart" in line or "ERROR" in line)
     found = ranks(output)
     assert sorted(found) == [0, 1], output[-5000:]
     hosts = sorted(host for host, _, _ in found.values())

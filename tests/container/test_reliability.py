@@ -4,7 +4,6 @@ never comes up, no network, and no credentials in the image or its logs."""
 import json
 import os
 import re
-import shutil
 import subprocess
 import tarfile
 import time
@@ -14,7 +13,7 @@ from datetime import datetime
 
 import pytest
 import torch
-from compose_jobs import containers, start_job
+from compose_jobs import containers, job_code, start_job
 
 from sagemaker_lightning import entrypoint, failure
 
@@ -53,16 +52,6 @@ def finish(proc: subprocess.Popen, lines: list[str]) -> str:
     lines += [clean(line) for line in proc.stdout]
     proc.wait(timeout=300)
     return "".join(lines)
-
-
-def job_code(tmp_path) -> str:
-    """The example with the tests' faults beside it, as a job's own code (--source-dir)."""
-    code = tmp_path / "code"
-    if not code.exists():
-        shutil.copytree(os.path.join(ROOT, "app", "example"), code, ignore=shutil.ignore_patterns("__pycache__"))
-        for plugin in ("faults.py", "proctree.py"):
-            shutil.copy(os.path.join(ROOT, "tests", "plugins", plugin), code)
-    return str(code)
 
 
 def paced(tmp_path, step: int) -> tuple[list[str], list[str]]:

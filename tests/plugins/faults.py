@@ -22,14 +22,16 @@ class KillRank(pl.Callback):
     process of its host): at the start of one step, or inside a write at that step, just before the file `at`
     (last.ckpt, model.pt) is renamed into place, its content complete under its temporary name."""
 
-    def __init__(self, rank: int = 1, step: int = 2, at: str | None = None):
+    def __init__(self, rank: int = 1, step: int = 2, at: str | None = None, attempt: int | None = None):
         """rank: the global rank to kill (in a one-process job, the only one); step: the global step; at: the file
-        whose rename it precedes, or None for the start of the step."""
-        self.rank, self.step, self.at = rank, step, at
+        whose rename it precedes, or None for the start of the step; attempt: under torchrun, only in that attempt
+        (TORCHELASTIC_RESTART_COUNT), so that the restarted ranks pass the step."""
+        self.rank, self.step, self.at, self.attempt = rank, step, at, attempt
 
     def _here(self, trainer) -> bool:
         rank = 0 if trainer.world_size == 1 else self.rank
-        return trainer.global_rank == rank and trainer.global_step == self.step
+        attempt = self.attempt is None or os.environ.get("TORCHELASTIC_RESTART_COUNT") == str(self.attempt)
+        return trainer.global_rank == rank and trainer.global_step == self.step and attempt
 
     def setup(self, trainer, pl_module, stage):
         if self.at is None:

@@ -64,6 +64,21 @@ def test_where_no_sigterm_arrives_last_ckpt_comes_by_measured_steps(tmp_path, ca
     assert f"last.ckpt every {last.every_n_steps} steps (about 60 s of training) bounds it" in out
 
 
+def test_a_first_save_slower_than_the_stop_s_grace_is_said_once(tmp_path, capsys):
+    """The first save of last.ckpt is timed against the stop's grace (restarts.grace_line): here every save takes
+    longer than a grace of 5.5 s less the stop's 5 s (the save's clock moved by 1 s); said once, not at every save."""
+    clock = iter(range(0, 1000))
+    model_checkpoint = pytorch_lightning.callbacks.ModelCheckpoint(dirpath=str(tmp_path))
+    last = made(last_checkpoint.LastCheckpoint, pytorch_lightning)(2, model_checkpoint, grace_s=5.5)
+    last.clock = lambda: float(next(clock))
+    trainer = pytorch_lightning.Trainer(max_steps=6, callbacks=[model_checkpoint, last], logger=False,
+                                        enable_progress_bar=False, enable_model_summary=False)  # fmt: skip
+    trainer.fit(BoringModel())
+    out = capsys.readouterr().out
+    assert out.count("saved last.ckpt") >= 3
+    assert out.count("warning: saving last.ckpt took 1.0 s; with a stop's 5 s more it does not fit the 5.5 s") == 1
+
+
 class Improving(pytorch_lightning.LightningModule):
     """A model whose validation accuracy rises at every validation: each one replaces the best checkpoint."""
 

@@ -58,8 +58,12 @@ def test_a_bad_dist_timeout_is_one_line_at_pid_1():
 # A launcher (as torchrun, mpirun or the toolkit are) that starts a trainer; each records the SIGTERM it receives
 LAUNCHER = """
 import os, signal, subprocess, sys
-signal.signal(signal.SIGTERM, lambda *args: open(os.path.join(sys.argv[1], "launcher"), "w").close())
+def stop(*args):  # after its trainer ended, or before (which could end the trainer before its checkpoint)
+    when = "after" if os.path.exists(os.path.join(sys.argv[1], "trainer")) else "before"
+    open(os.path.join(sys.argv[1], f"launcher {when} the trainer"), "w").close()
+signal.signal(signal.SIGTERM, stop)
 subprocess.run([sys.executable, "-c", sys.argv[2], sys.argv[1]])
+signal.pause()  # as torchrun with --max-restarts would restart the trainer: it ends when it is signalled
 """
 TRAINER = """
 import os, signal, sys, time
@@ -74,9 +78,11 @@ time.sleep(60)
 """
 
 
-def test_sigterm_goes_to_the_registered_trainers_not_to_their_launcher(tmp_path):
-    """SIGTERM to the entrypoint (SageMaker's stop): the registered trainer gets it and checkpoints; the launcher
-    between them does not (mpirun or torchrun would end the trainer before its checkpoint is written)."""
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGUSR1])
+def test_sigterm_goes_to_the_registered_trainers_not_to_their_launcher(tmp_path, stop):
+    """SIGTERM to the entrypoint (SageMaker's and Kubernetes' stop; SIGUSR1: HyperPod's graceful stop): the registered
+    trainer gets SIGTERM and checkpoints; the launcher between them gets it only once the trainer has ended (mpirun or
+    torchrun would end the trainer before its checkpoint is written; torchrun with --max-restarts would restart it)."""
     env = {**os.environ, "SAGEMAKER_LIGHTNING_RUN_DIR": str(tmp_path / "run"), "SAGEMAKER_BASE_DIR": str(tmp_path)}
     command = [sys.executable, "-m", "sagemaker_lightning.entrypoint", sys.executable, "-c", LAUNCHER, str(tmp_path)]
     pid1 = subprocess.Popen(command + [TRAINER], env=env)
@@ -84,9 +90,13 @@ def test_sigterm_goes_to_the_registered_trainers_not_to_their_launcher(tmp_path)
     while not (tmp_path / "ready").exists():
         assert time.monotonic() < deadline and pid1.poll() is None, "the trainer did not start"
         time.sleep(0.1)
-    pid1.send_signal(signal.SIGTERM)
+    pid1.send_signal(stop)
     assert pid1.wait(timeout=30) == 143
-    assert sorted(p.name for p in tmp_path.iterdir() if p.is_file()) == ["ready", "trainer"]
+    assert sorted(p.name for p in tmp_path.iterdir() if p.is_file()) == [
+        "launcher after the trainer",
+        "ready",
+        "trainer",
+    ]
 
 
 def handles(pid: int, signum: int) -> bool:

@@ -97,7 +97,11 @@ def test_the_plan_gives_litdata_the_node_count_and_the_jobs_cache():
         "LITDATA_CACHE_DIR": "/opt/ml/streaming-cache",
     }
     assert make_plan({**env, "LITDATA_CACHE_DIR": "/nvme/chunks"}, {"eth0"}).env["LITDATA_CACHE_DIR"] == "/nvme/chunks"
-    assert "NNODES" not in make_plan({}, set()).env  # off SageMaker: nothing
+    assert "NNODES" not in make_plan({}, set()).env  # outside a job: nothing
+    torchrun = {"TORCHELASTIC_RUN_ID": "none", "RANK": "1", "LOCAL_RANK": "0", "WORLD_SIZE": "2",
+                "LOCAL_WORLD_SIZE": "1", "GROUP_RANK": "1", "MASTER_ADDR": "pt-master-0", "MASTER_PORT": "23456"}  # fmt: skip
+    elsewhere = make_plan(torchrun, {"eth0"}).env  # another platform's job: the nodes, and litdata's own cache
+    assert elsewhere["NNODES"] == "2" and "LITDATA_CACHE_DIR" not in elsewhere
 
 
 def test_a_plain_http_endpoint_is_allowed_only_where_it_is_http(monkeypatch):

@@ -36,7 +36,8 @@ def record(host: str, step: int, last: int, age_s: float = 0.0, stack: str | Non
     ("given", "steps", "expected"),
     [
         (7.5, [], 7.5),  # the user's, from the first step
-        (None, [0.1] * 9, 600),  # too few steps timed: dist_timeout
+        (None, [], watchdog.FLOOR_S),  # no step timed yet: the floor, not dist_timeout (a hang in the first steps)
+        (None, [20.0], 200),  # one step timed: 10 of it
         (None, [0.1] * 10, watchdog.FLOOR_S),  # 10 x 0.1 s is below the floor
         (None, [30.0] * 9 + [0.1], 300),  # 10 x the median (30 s), not the mean
         (None, [100.0] * 20, 600),  # never past dist_timeout, which bounds every collective anyway

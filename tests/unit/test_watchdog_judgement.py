@@ -6,6 +6,7 @@ the flight recorder, a busy rank, the first line written, the stuck rank's own e
 """
 
 import threading
+from types import SimpleNamespace
 
 import pytest
 import torch.distributed as dist
@@ -83,13 +84,25 @@ def job(monkeypatch):
     return started(monkeypatch)
 
 
+def steps(wd, *numbers: int) -> None:
+    """Rank `wd`'s training steps `numbers` start and end (in this process: its busy mark too)."""
+    for n in numbers:
+        wd.on_train_batch_start(None, None, None, n)
+        wd.on_train_batch_end(SimpleNamespace(global_step=n + 1), None, None, None, n)
+
+
 @pytest.mark.parametrize("step_s", [1.0, 20.0])
 def test_the_derived_timeout_is_ten_median_steps_and_at_least_the_floor(job, step_s):
-    """No training_timeout given: after MEASURED_STEPS steps, TIMES_MEDIAN median steps, at least FLOOR_S."""
+    """No training_timeout given: TIMES_MEDIAN median steps, at least FLOOR_S, from the first step timed on (the
+    interval up to the first batch and the first step itself are not timed: watchdog.UNTIMED)."""
     wd = job.rank(1, given=None)
-    for batch in range(watchdog.MEASURED_STEPS):
+    job.advance(600)  # the loader's start: not a measure of the steps
+    steps(wd, 0)
+    job.advance(600)  # a first step that compiles: neither
+    for batch in range(1, 4):
+        steps(wd, batch)
         job.advance(step_s)
-        wd.on_train_batch_start(None, None, None, batch)
+    wd.on_train_batch_start(None, None, None, 4)
     limit = max(watchdog.FLOOR_S, watchdog.TIMES_MEDIAN * step_s)  # 120 s, 200 s
     job.advance(limit - 1)
     wd.tick()  # just within it
@@ -97,6 +110,45 @@ def test_the_derived_timeout_is_ten_median_steps_and_at_least_the_floor(job, ste
     with pytest.raises(Ended) as ended:
         wd.tick()
     assert f"within the training timeout of {limit:g} s (training_timeout) on rank 1 (algo-2" in ended.value.line
+
+
+def test_a_hang_in_the_first_steps_ends_after_the_floor_and_a_first_step_that_compiles_is_none(job):
+    """Defaults (no training_timeout): rank 0's first step compiles for three floors while rank 1 waits for it in
+    the first all-reduce: no hang (rank 0's busy mark). Rank 0 then freezes (SIGSTOP: no heartbeat) at the start of
+    step 2: rank 1 ends after the floor, not dist_timeout, naming rank 0. (Both ranks share this process's busy mark:
+    each rank's tick runs with its own.)"""
+    entries: list = []
+    zero, one = job.rank(0, entries=[], given=None), job.rank(1, entries=entries, given=None)
+    steps(one, 0)  # rank 1's first step is done; it waits in the all-reduce of rank 0's first step
+    entries.append(job.entry(1, 0, retired=False))
+    zero.on_train_batch_start(None, None, None, 0)
+    assert watchdog._busy == watchdog.FIRST_STEP
+    for _ in range(int(3 * watchdog.FLOOR_S / heartbeats.PERIOD_S)):
+        job.advance(heartbeats.PERIOD_S)
+        watchdog._busy = watchdog.FIRST_STEP
+        zero.tick()
+        watchdog._busy = None
+        one.tick()  # no line: rank 0 is busy
+    entries[-1]["retired"] = True  # rank 0's first step ends; a second one, quick, on both
+    watchdog._busy = watchdog.FIRST_STEP
+    zero.on_train_batch_end(SimpleNamespace(global_step=1), None, None, None, 0)
+    assert watchdog._busy is None
+    steps(zero, 1)
+    steps(one, 1)
+    job.advance(1.0)
+    zero.on_train_batch_start(None, None, None, 2)
+    one.on_train_batch_start(None, None, None, 2)
+    zero.tick()  # rank 0's last heartbeat: SIGSTOP
+    entries.append(job.entry(2, 0, retired=False))  # rank 1 waits in step 2's all-reduce
+    ticks = 0
+    with pytest.raises(Ended) as ended:
+        while ticks < (watchdog.FLOOR_S + 30) / heartbeats.PERIOD_S:
+            job.advance(heartbeats.PERIOD_S)
+            ticks += 1
+            one.tick()
+    assert f"within the training timeout of {watchdog.FLOOR_S:g} s (training_timeout) on rank 1" in ended.value.line
+    assert "rank 0 on algo-1 did not arrive: no heartbeat" in ended.value.line, ended.value.line
+    assert watchdog.FLOOR_S <= ticks * heartbeats.PERIOD_S <= watchdog.FLOOR_S + 2 * heartbeats.PERIOD_S
 
 
 def test_without_the_flight_recorder_a_main_thread_without_progress_is_the_trigger(job):

@@ -17,7 +17,7 @@ The hub (cli.py) asks for this concern's parts below, in the order it builds the
 
 from collections.abc import Callable, Mapping
 
-from sagemaker_lightning import signals
+from sagemaker_lightning import restarts, signals
 from sagemaker_lightning.checkpoints.compile_cache import CompileCache
 from sagemaker_lightning.checkpoints.export import Export
 from sagemaker_lightning.checkpoints.io import AtomicCheckpointIO
@@ -36,32 +36,33 @@ def resume_point(model_checkpoint, model, sharded_saves: bool, announce: bool) -
     return ResumePoint(model_checkpoint.dirpath, model.state_dict(), strict, sharded_saves, announce)
 
 
-def callbacks(pl, on_sagemaker: bool, config: Mapping, model_checkpoint, point, config_yaml: Callable[[], str]):
-    """LastCheckpoint on SageMaker or where the job resumes from checkpoint.dirpath (off SageMaker the runtime's
-    checkpointing starts with that setting); Export there too, and wherever model_dir is set; CompileCache beside
-    them where compile_cache is true. Where a stop's SIGTERM
-    cannot reach the training processes, LastCheckpoint is told why (signals.py) and saves by time instead."""
-    if not (on_sagemaker or point):
+def callbacks(pl, plan, config: Mapping, model_checkpoint, point, config_yaml: Callable[[], str]):
+    """LastCheckpoint in a platform's job or where the job resumes from checkpoint.dirpath (outside a job the
+    runtime's checkpointing starts with that setting); Export there too, and wherever model_dir is set; CompileCache
+    beside them where compile_cache is true. Where a stop's SIGTERM cannot reach the training processes,
+    LastCheckpoint is told why (signals.py) and saves by time instead; in a job, the stop's grace its first save is
+    compared with (restarts.py)."""
+    if not (plan.in_job or point):
         return [made(Export, pl)(config["model_dir"], config_yaml)] if config["model_dir"] else []
-    unprotected = None if not on_sagemaker or signals.forwarded() else signals.why_unreached()
-    every = config["last_checkpoint_every_n_steps"]
+    unprotected = None if not plan.in_job or signals.forwarded() else signals.why_unreached()
+    every, grace = config["last_checkpoint_every_n_steps"], restarts.grace_s(config["stop_grace_s"], plan.on_sagemaker)
     return [
-        made(LastCheckpoint, pl)(every, model_checkpoint, unprotected, point),
+        made(LastCheckpoint, pl)(every, model_checkpoint, unprotected, point, grace if plan.in_job else None),
         made(Export, pl)(config["model_dir"], config_yaml),
         *([made(CompileCache, pl)(model_checkpoint)] if config["compile_cache"] else []),
     ]
 
 
-def plugins(pl, on_sagemaker: bool, point: ResumePoint | None) -> list:
+def plugins(pl, in_job: bool, point: ResumePoint | None) -> list:
     """The trainer's CheckpointIO, where LastCheckpoint is (callbacks): atomic writes, retried reads, rank 0's resume
     point."""
-    return [made(AtomicCheckpointIO, pl)(point)] if on_sagemaker or point else []
+    return [made(AtomicCheckpointIO, pl)(point)] if in_job or point else []
 
 
 def attach(pl, plan, trainer, owner, point: ResumePoint | None) -> None:
-    """Once the trainer exists: on SageMaker the training loader of `owner` (the data module, or the model) resumes
+    """Once the trainer exists: in a job the training loader of `owner` (the data module, or the model) resumes
     mid-epoch (loader.py); fit() resumes from the resume point's candidate unless given another ckpt_path."""
-    if plan.on_sagemaker:
+    if plan.in_job:
         overridden = attribute(pl, "utilities.model_helpers.is_overridden")
         make_training_loader_resumable(owner, trainer, overridden)
     if point and point.candidate:

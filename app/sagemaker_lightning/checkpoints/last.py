@@ -18,7 +18,7 @@ import functools
 import os
 import time
 
-from sagemaker_lightning import sharding
+from sagemaker_lightning import restarts, sharding
 from sagemaker_lightning.checkpoints.atomic import keep_previous
 from sagemaker_lightning.checkpoints.io import inside
 from sagemaker_lightning.failure import UserError
@@ -71,11 +71,15 @@ class LastCheckpoint:
     AUTO_INTERVAL_S of training, the steps counted from the measured step time, and rank 0 says what bounds the loss."""
 
     BASE = "callbacks.Callback"
+    clock = staticmethod(time.monotonic)  # a save's time, against the stop's grace
 
-    def __init__(self, every_n_steps: int | None, checkpoint, unprotected: str | None = None, resume_point=None):
+    def __init__(
+        self, every_n_steps: int | None, checkpoint, unprotected: str | None = None, resume_point=None, grace_s=None
+    ):
         """every_n_steps: 0 for epoch ends and SIGTERM only; None: 0, or about a minute where `unprotected`.
         checkpoint: the ModelCheckpoint whose directory (its dirpath, once set up) holds last.ckpt; resume_point:
-        what the job resumes from (resume.ResumePoint), named when it does."""
+        what the job resumes from (resume.ResumePoint), named when it does; grace_s: a stop's grace, which the
+        first save's time is compared with (restarts.grace_line)."""
         if every_n_steps is not None and every_n_steps < 0:  # `step % -1 == 0` would save at every step
             raise UserError(
                 f"last_checkpoint_every_n_steps={every_n_steps} is not a number of steps: give N > 0 for last.ckpt "
@@ -83,6 +87,7 @@ class LastCheckpoint:
             )
         self.every_n_steps = every_n_steps if every_n_steps is not None or unprotected else 0
         self.checkpoint, self.unprotected, self.resume_point = checkpoint, unprotected, resume_point
+        self.grace_s = grace_s
         self._saved_step = -1
         self._timing = None  # (first step timed, its clock) while the interval is being measured
 
@@ -90,11 +95,15 @@ class LastCheckpoint:
         path = os.path.join(self.checkpoint.dirpath, "last.ckpt")
         if trainer.is_global_zero and not sharding.sharded(trainer.strategy):  # fsdp keeps two saves itself
             keep_previous(path)
+        started = self.clock()
         with sharding.sharded_saves(trainer.strategy):  # fsdp: a folder of one file per rank (sharding.py)
             trainer.save_checkpoint(path, weights_only=False)  # every rank calls it; rank 0 writes (atomically)
         self._saved_step = trainer.global_step
         if trainer.is_global_zero:
             say(f"saved last.ckpt at epoch {trainer.current_epoch} step {trainer.global_step}")
+            if self.grace_s and (late := restarts.grace_line(self.clock() - started, self.grace_s)):
+                say(late)  # the first save's only: each later one would say the same
+            self.grace_s = None
         return path
 
     def setup(self, trainer, pl_module, stage):
@@ -156,7 +165,7 @@ class LastCheckpoint:
         if trainer.is_global_zero:
             say(
                 f"no SIGTERM reaches the training processes ({self.unprotected}): a stop (spot interruption, "
-                f"StopTrainingJob) loses what was trained since the last checkpoint; {bound} bounds it "
+                f"StopTrainingJob, a pod's deletion) loses what was trained since the last checkpoint; {bound} bounds it "
                 "(last_checkpoint_every_n_steps sets another interval)"
             )
 
