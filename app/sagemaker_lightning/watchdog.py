@@ -159,8 +159,12 @@ class Watchdog:
     # ---- the thread -----------------------------------------------------------------------------------------------
 
     def _run(self) -> None:
-        while not self.stopping.wait(PERIOD_S):
+        # the first heartbeat at once: a rank frozen in its first steps (under a period of training) was named "?",
+        # "it never reached training", for want of one
+        while True:
             self.tick()
+            if self.stopping.wait(PERIOD_S):
+                return
 
     def tick(self) -> None:
         """One heartbeat: write this rank's, read the line, and judge when this rank's own wait passed the timeout:

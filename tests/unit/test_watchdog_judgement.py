@@ -344,3 +344,12 @@ def test_a_silent_store_ends_no_rank_that_writes_a_checkpoint(job, silent_store)
     job.advance(LIMIT + 1)
     with watchdog.busy("writing last.ckpt"):
         wd.tick()
+
+
+def test_a_ranks_first_heartbeat_is_written_as_its_thread_starts(job):
+    """Not a period later: a rank frozen within its first period of training (fast first steps) had no heartbeat, and
+    was named as a rank that never reached training, its host "?" (tests/container/test_reliability.py's frozen host)."""
+    wd = job.rank(1)
+    wd.stopping.set()  # the thread ends at its first wait
+    wd._run()
+    assert job.store.check([heartbeats.stored("1")])
