@@ -214,7 +214,10 @@ def test_a_stopped_pod_saves_and_the_recreated_gang_resumes_exactly(platform, re
     without a stop, resumed from an earlier last.ckpt: the in-job recovery below.)"""
     ckpts, model = platform.folder("gang-ckpts"), platform.folder("gang-model")
     job = platform.job("tr")
-    pace = ["--trainer.callbacks+=faults.Pace", "--trainer.callbacks.step=3", "--trainer.callbacks.seconds=2"]
+    # every step paced from the first: the stop agreement's interval follows the pace timed at the last agreement, so
+    # fast first steps (1 ms) then slow ones made it 100 steps, past the epoch (stop.MOST_STEPS: a pace that drops
+    # delays a stop that many steps)
+    pace = ["--trainer.callbacks+=faults.Pace", "--trainer.callbacks.step=0", "--trainer.callbacks.seconds=1.5"]
     torchrun = [
         [
             "torchrun", "--nnodes=2", f"--node-rank={rank}", f"--master-addr={job}-0", "--master-port=29500",
@@ -231,7 +234,7 @@ def test_a_stopped_pod_saves_and_the_recreated_gang_resumes_exactly(platform, re
     assert re.search(r"launch: torchrun \(torchrun\) on", output)
     assert "stopped by SIGTERM" in logs(pods[1]) and "entrypoint: SIGTERM: passed on to training processes" in output
     stopped = int(re.findall(r"saved last\.ckpt at epoch 0 step (\d+)", logs(pods[0]))[-1])
-    assert 2 < stopped < STEPS and saved_step(ckpts) == stopped  # the stop's save, whole
+    assert 2 < stopped < STEPS and saved_step(ckpts) == stopped, logs(pods[0], True) + logs(pods[1], True)  # whole
     assert not [p for p in os.listdir(ckpts) if p.endswith(".partial")]
     platform.remove(*pods)
 
