@@ -7,6 +7,7 @@ import tarfile
 
 import pytest
 from compose_jobs import job_code
+from job_lines import ranks
 
 from model import ImageClassifier
 
@@ -25,13 +26,6 @@ TINY = [
 def model_tar(output: str) -> str:
     (path,) = re.findall(r"^model\.tar\.gz: (\S+)$", output, re.M)
     return path
-
-
-def ranks(output: str) -> dict[int, tuple[str, int, str]]:
-    """{global rank: (host, world size, final weights)} from the ranks' `rank R/W host H: weights D` lines,
-    as compose prints them (prefixed with the container), under mpirun tagged with the MPI rank."""
-    found = re.findall(r"\|\s*(?:\[\S+\]<stdout>:)?rank (\d+)/(\d+) host (\S+): weights (\w+)", output)
-    return {int(rank): (host, int(world), digest) for rank, world, host, digest in found}
 
 
 def loads(tar_path, tmp_path) -> None:
@@ -55,7 +49,7 @@ def test_one_instance(local_job, archive_dir, tmp_path):
     assert code == 0, output[-5000:]
     assert os.listdir(scratch) == []  # the SDK's container root, a copy of the model in it, removed with the job
     assert not any(value in output for value in credentials.values())
-    assert [world for _, world, _ in ranks(output).values()] == [1]
+    assert [closed.world for closed in ranks(output).values()] == [1]
     tar_path = model_tar(output)
     assert tar_path.startswith(str(runs)) and "/lightning-" in tar_path  # the job's own folder under --output
     loads(tar_path, tmp_path)
@@ -94,10 +88,10 @@ def test_two_instances_train_one_model(local_job, archive_dir, tmp_path, mode):
         ), "\n".join(line for line in output.splitlines() if "restart" in line or "ERROR" in line)
     found = ranks(output)
     assert sorted(found) == [0, 1], output[-5000:]
-    hosts = sorted(host for host, _, _ in found.values())
+    hosts = sorted(closed.host for closed in found.values())
     assert re.match(r"algo-1\b", hosts[0]) and re.match(r"algo-2\b", hosts[1])  # one rank on each host
-    assert {world for _, world, _ in found.values()} == {2}
-    assert found[0][2] == found[1][2]  # the same final weights on both hosts
+    assert {closed.world for closed in found.values()} == {2}
+    assert found[0].digest == found[1].digest  # the same final weights on both hosts
     loads(model_tar(output), tmp_path)
 
 
@@ -105,6 +99,6 @@ def test_mpirun_two_processes_on_one_host(local_job, archive_dir, tmp_path):
     code, output, _ = local_job(1, archive_dir, "--distribution", "mpi", "--processes-per-host", "2", *TINY)
     assert code == 0, output[-5000:]
     found = ranks(output)
-    assert sorted(found) == [0, 1] and {world for _, world, _ in found.values()} == {2}
-    assert found[0][2] == found[1][2]
+    assert sorted(found) == [0, 1] and {closed.world for closed in found.values()} == {2}
+    assert found[0].digest == found[1].digest
     assert "[1,mpirank:1," in output  # started by mpirun, not by Lightning

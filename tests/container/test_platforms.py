@@ -30,6 +30,7 @@ from datetime import datetime
 
 import pytest
 import torch
+from job_lines import final
 
 from sagemaker_lightning import watchdog
 
@@ -43,7 +44,6 @@ TRAIN = [  # the user project's script (examples/user_project): 12 steps of 16 p
     "--trainer.enable_progress_bar", "false", "--trainer.default_root_dir", "/tmp/run",  # the code's folder is read-only
 ]  # fmt: skip
 STEPS = 12  # 384 training points, 192 a rank
-WEIGHTS = r"rank 0/2 host \S+: weights (\w+) at step (\d+)"  # progress.py's line at the end of fit
 
 
 class Platform:
@@ -124,8 +124,8 @@ def ended(*names: str, timeout: float = 300) -> list[int]:
 
 
 def weights(*names: str) -> tuple[str, int]:
-    (digest, step), *_ = re.findall(WEIGHTS, "".join(logs(n) for n in names))
-    return digest, int(step)
+    """The job's final weights and step, from its pods' logs."""
+    return final("".join(logs(n) for n in names))
 
 
 def when(stamp: str) -> float:

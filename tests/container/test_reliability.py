@@ -14,6 +14,7 @@ from datetime import datetime
 import pytest
 import torch
 from compose_jobs import containers, job_code, start_job
+from job_lines import final
 
 from sagemaker_lightning import entrypoint, failure
 
@@ -79,11 +80,6 @@ def stopped_with_checkpoint(output: str, ckpts, container: str) -> int:
     )
     assert exit_code.stdout.strip() == "143"
     return stopped_at
-
-
-def final(output: str) -> tuple[str, int]:
-    (digest, step), *_ = re.findall(r"rank 0/\d+ host \S+: weights (\w+) at step (\d+)", output)
-    return digest, int(step)
 
 
 def test_a_killed_job_resumes_where_its_last_checkpoint_left_it(image, archive_dir, tmp_path):

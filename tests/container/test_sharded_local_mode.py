@@ -14,6 +14,7 @@ import tarfile
 import pytest
 import torch
 from compose_jobs import containers, start_job
+from job_lines import ranks
 from test_reliability import finish, paced, read_until
 
 from model import ImageClassifier
@@ -40,12 +41,6 @@ FSDP = [
 ]
 
 
-def ranks(output: str) -> dict[int, tuple[str, int, str, int]]:
-    """{global rank: (host, world size, final weights, step)} as compose prints the ranks' lines."""
-    found = re.findall(r"\|\s*rank (\d+)/(\d+) host (\S+): weights (\w+) at step (\d+)", output)
-    return {int(rank): (host, int(world), digest, int(step)) for rank, world, host, digest, step in found}
-
-
 def saved(output: str) -> int:
     return int(re.findall(r"saved last\.ckpt at epoch \d step (\d+)", output)[-1])
 
@@ -58,10 +53,10 @@ def test_fsdp_on_two_local_mode_hosts_exports_and_resumes_exactly_after_sigkill_
     assert job.returncode == 0, output[-5000:]
     assert "fsdp: FULL_SHARD over 2 processes, 18 blocks and 1 roots (net) sharded" in output
     found = ranks(output)
-    assert sorted(found) == [0, 1] and [found[r][0][:6] for r in (0, 1)] == ["algo-1", "algo-2"]
-    assert {world for _, world, _, _ in found.values()} == {2} and found[0][3] == 12
-    expected = found[0][2]
-    assert found[1][2] == expected  # the same consolidated weights on both hosts
+    assert sorted(found) == [0, 1] and [found[r].host[:6] for r in (0, 1)] == ["algo-1", "algo-2"]
+    assert {closed.world for closed in found.values()} == {2} and found[0].step == 12
+    expected = found[0].digest
+    assert found[1].digest == expected  # the same consolidated weights on both hosts
     (tar_path,) = re.findall(r"^model\.tar\.gz: (\S+)$", output, re.M)
     with tarfile.open(tar_path) as tar:
         tar.extractall(tmp_path / "model")
@@ -106,4 +101,4 @@ def test_fsdp_on_two_local_mode_hosts_exports_and_resumes_exactly_after_sigkill_
     output = finish(job, [])
     assert job.returncode == 0, output[-5000:]
     assert re.search(rf"resuming at epoch \d step {stopped_at} from last.ckpt", output), output[-5000:]
-    assert {rank: digest for rank, (_, _, digest, _) in ranks(output).items()} == {0: expected, 1: expected}
+    assert {rank: closed.digest for rank, closed in ranks(output).items()} == {0: expected, 1: expected}

@@ -16,6 +16,7 @@ import tarfile
 import boto3
 import pytest
 import torch
+from job_lines import ranks
 
 pytestmark = pytest.mark.container
 
@@ -48,9 +49,9 @@ def test_one_line_project_on_two_hosts(local_job, user_project, points_dir, name
     sdk, options, settings = RUNS[name]
     code, output, runs = local_job(2, points_dir, "--source-dir", user_project, *options, *settings, sdk=sdk)
     assert code == 0, output[-5000:]
-    found = re.findall(r"\|\s*rank (\d+)/(\d+) host (\S+): weights (\w+) at step (\d+)", output)
-    assert sorted((int(r), int(w)) for r, w, _, _, _ in found) == [(0, 2), (1, 2)], output[-5000:]
-    assert len({digest for *_, digest, _ in found}) == 1  # both hosts end with the same weights
+    found = ranks(output)
+    assert sorted((r, closed.world) for r, closed in found.items()) == [(0, 2), (1, 2)], output[-5000:]
+    assert len({closed.digest for closed in found.values()}) == 1  # both hosts end with the same weights
     (tar_path,) = re.findall(r"^model\.tar\.gz: (\S+)$", output, re.M)
     files = members(tar_path)
     assert weights(files["model.pt"]) == USER_WEIGHTS

@@ -9,7 +9,7 @@ resumable by the runtime). The runs are seeded: a rerun that ignored last.ckpt w
 In-process runs of the runtime's LightningCLI in a SageMaker environment (one host, /opt/ml in a temporary folder),
 as a job runs them. SIGKILL is an exception raised at the point: nothing after it writes to the checkpoint directory
 (the runtime saves only on SIGTERM), so the directory is left as a SIGKILL leaves it; "during a checkpoint write" adds
-the partial file a killed write leaves. SIGTERM is the real signal, handled as in a job. test_train_toolkit.py stops
+the partial file a killed write leaves. SIGTERM is the real signal, handled as in a job. test_kills_toolkit.py stops
 real processes, on one host and two. In the toolkit tier, not the unit tier: 133 stops and their reruns take 90 s on 2 cores.
 
     .venv/bin/pytest tests/toolkit/test_resume.py

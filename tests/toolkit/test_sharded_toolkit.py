@@ -9,6 +9,7 @@ import shutil
 
 import pytest
 import torch
+from job_lines import ranks
 
 from model import ImageClassifier
 from sagemaker_lightning.checkpoints import sharded
@@ -34,16 +35,18 @@ FSDP = {  # six steps of 2 × 8 images; no best checkpoint, so model.pt is gathe
 }
 
 
-def ranks(*hosts) -> dict[int, str]:
-    lines = "".join(host.output for host in hosts)
-    return {int(r): d for r, d in re.findall(r"^rank (\d+)/2 host \S+: weights (\w+) at step 6$", lines, re.M)}
+def final_digests(*hosts) -> dict[int, str]:
+    """{global rank: its final weights' digest}, every rank at the last step."""
+    closed = ranks(*(host.output for host in hosts))
+    assert all(c.world == 2 and c.step == 6 for c in closed.values()), closed
+    return {rank: c.digest for rank, c in closed.items()}
 
 
 def test_fsdp_exports_stops_on_sigterm_and_resumes_a_killed_run_exactly(run_hosts, archive_dir, tmp_path):
     first, second = run_hosts(HOSTS, FSDP, {"training": archive_dir})
     assert first.returncode == second.returncode == 0, first.output[-3000:] + second.output[-3000:]
     assert "fsdp: FULL_SHARD over 2 processes, 11 blocks and 1 roots (net) sharded" in first.output
-    digests = ranks(first, second)
+    digests = final_digests(first, second)
     assert sorted(digests) == [0, 1] and digests[0] == digests[1]  # the same consolidated weights on both ranks
     exported = ImageClassifier.from_model_dir(first.path("model"))  # the plain, unsharded model takes model.pt
     assert weights_digest(exported) == digests[0] and os.listdir(second.path("model")) == []
@@ -77,5 +80,5 @@ def test_fsdp_exports_stops_on_sigterm_and_resumes_a_killed_run_exactly(run_host
     resumed = run_hosts(HOSTS, {**FSDP, "checkpoint.dirpath": str(restored)}, {"training": archive_dir})
     assert all(host.returncode == 0 for host in resumed), resumed[0].output[-3000:]
     assert "resuming at epoch 0 step 4 from last.ckpt" in resumed[0].output
-    assert ranks(*resumed) == digests  # the uninterrupted run's weights
+    assert final_digests(*resumed) == digests  # the uninterrupted run's weights
     assert torch.load(resumed[0].path("model", "model.pt"), weights_only=True).keys() == exported.state_dict().keys()

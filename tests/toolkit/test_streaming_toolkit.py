@@ -15,6 +15,7 @@ import re
 import boto3
 import numpy as np
 import pytest
+from job_lines import final, resumed
 
 pytestmark = pytest.mark.toolkit
 
@@ -62,14 +63,8 @@ def epoch_ends(output: str) -> list[tuple[int, int, int]]:
     return [tuple(map(int, m)) for m in re.findall(r"^epoch end rank (\d+) epoch (\d+) step (\d+)$", output, re.M)]
 
 
-def final(output: str) -> tuple[str, int]:
-    digest, step = re.search(r"weights (\w+) at step (\d+)", output).groups()
-    return digest, int(step)
-
-
 def resumed_at(output: str) -> int:
-    found = re.search(r"resuming at epoch \d+ step (\d+) from last\.ckpt", output)
-    return int(found[1]) if found else 0
+    return int(resumed(output).rsplit(" ", 1)[1]) if resumed(output) else 0
 
 
 def faults(*named: tuple[str, dict]) -> dict:

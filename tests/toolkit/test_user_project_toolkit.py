@@ -12,6 +12,7 @@ import tarfile
 
 import pytest
 import torch
+from job_lines import final
 
 pytestmark = pytest.mark.toolkit
 
@@ -24,11 +25,6 @@ SETTINGS = {
     "last_checkpoint_every_n_steps": 5,
     "model.hidden": 8,
 }
-
-
-def final(output: str) -> tuple[str, int]:
-    digest, step = re.search(r"rank 0/1 host \S+: weights (\w+) at step (\d+)", output).groups()
-    return digest, int(step)
 
 
 def load_as_the_readme_shows(model_dir: str, project: str, where) -> subprocess.CompletedProcess:
