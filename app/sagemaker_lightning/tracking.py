@@ -94,19 +94,10 @@ def read_record(dirpath: str | None) -> dict:
 
 
 def write_record(dirpath: str, record: dict) -> None:
-    """RECORD in `dirpath`, whole or not at all (atomic.replacing here; an object store's put elsewhere)."""
-    import fsspec
+    """RECORD in `dirpath` (a directory or an fsspec URL), whole or not at all."""
+    from sagemaker_lightning.checkpoints import atomic
 
-    from sagemaker_lightning.checkpoints.atomic import replacing
-
-    fs, root = fsspec.core.url_to_fs(dirpath)
-    text = json.dumps(record, indent=1)
-    if "://" not in dirpath:
-        os.makedirs(dirpath, exist_ok=True)
-        with replacing(os.path.join(dirpath, RECORD)) as partial, open(partial, "w") as f:
-            f.write(text)
-    else:
-        fs.pipe(f"{root.rstrip('/')}/{RECORD}", text.encode())
+    atomic.write(f"{dirpath.rstrip('/')}/{RECORD}", json.dumps(record, indent=1).encode())
 
 
 def continued(env, record: dict, state: dict, job: str | None) -> str | None:

@@ -4,15 +4,16 @@ last.ckpt is written."""
 import os
 import pickle
 
+import fsspec
 import pytest
 import pytorch_lightning
 import torch
 from pytorch_lightning.demos.boring_classes import BoringModel
 from torch.utils.data import DataLoader, TensorDataset
 
+from sagemaker_lightning.checkpoints import atomic, resume
 from sagemaker_lightning.checkpoints import io as checkpoint_io
 from sagemaker_lightning.checkpoints import last as last_checkpoint
-from sagemaker_lightning.checkpoints import resume
 from sagemaker_lightning.flavor import made
 
 pytestmark = pytest.mark.unit
@@ -36,6 +37,16 @@ def test_atomic_save_replaces_the_file_whole(tmp_path):
     io.save_checkpoint({"global_step": 1}, path)
     io.save_checkpoint({"global_step": 2}, path)
     assert torch.load(path, weights_only=True) == {"global_step": 2} and os.listdir(tmp_path) == ["last.ckpt"]
+
+
+def test_a_small_file_is_written_whole_here_and_in_an_object_store(tmp_path):
+    path = tmp_path / "new" / "compile_cache.bin"  # its folder made too
+    atomic.write(str(path), b"one")
+    with pytest.raises(TypeError):
+        atomic.write(str(path), "not bytes")  # fails while writing: nothing of it stays, not even its partial file
+    assert path.read_bytes() == b"one" and os.listdir(path.parent) == ["compile_cache.bin"]
+    atomic.write("memory://bucket/dir/mlflow-run.json", b"{}")  # an fsspec URL: one put
+    assert fsspec.filesystem("memory").cat("/bucket/dir/mlflow-run.json") == b"{}"
 
 
 def test_a_save_that_fails_midway_leaves_the_last_good_file(tmp_path):

@@ -5,7 +5,8 @@ The atomic write: new content goes to a hidden partial name beside its path and 
 (`replacing`), so a kill during a write never leaves a broken file under the real name, and resume never takes a
 partial one for a checkpoint (hidden names are not checkpoints: resume.names). Every writer uses it: last.ckpt and
 the best checkpoints (io.AtomicCheckpointIO), the previous save's link below, a sharded save's meta.pt (sharded.py),
-model.pt and config.yaml (export.py).
+model.pt and config.yaml (export.py), small files such as the compile cache and the MLflow run's
+record (`write`).
 
 The previous save: SageMaker uploads the checkpoint directory in the background and deletes in S3 what is deleted
 here, so the newest save is never the only complete one while the next is written and uploaded. A single-file
@@ -44,6 +45,18 @@ def replacing(path: str):
             os.remove(partial)
         raise
     os.replace(partial, path)
+
+
+def write(url: str, data: bytes) -> None:
+    """`data` as the file at `url` (a path or an fsspec URL), whole or not at all: written to its partial name and
+    renamed here (replacing), put as one object in an object store, which writes whole objects."""
+    fs, path = fsspec.core.url_to_fs(url)
+    if isinstance(fs, fsspec.implementations.local.LocalFileSystem):
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with replacing(path) as partial, open(partial, "wb") as f:
+            f.write(data)
+    else:
+        fs.pipe(path, data)
 
 
 def keep_previous(path: str) -> None:

@@ -20,10 +20,9 @@ import contextlib
 import logging
 
 import fsspec
-import fsspec.implementations.local
 import torch
 
-from sagemaker_lightning.checkpoints.atomic import replacing
+from sagemaker_lightning.checkpoints import atomic
 from sagemaker_lightning.lines import say
 
 FILE = "compile_cache.bin"  # in checkpoint.dirpath; not a checkpoint (resume.names takes *.ckpt only)
@@ -109,13 +108,7 @@ class CompileCache:
         saved = torch.compiler.save_cache_artifacts()
         if saved is None or len(saved[0]) == self._saved:  # nothing compiled, or nothing new
             return
-        fs, where = fsspec.core.url_to_fs(path)
-        if isinstance(fs, fsspec.implementations.local.LocalFileSystem):
-            with replacing(where) as partial, open(partial, "wb") as f:
-                f.write(header() + saved[0])
-        else:  # an object store writes whole objects
-            with fs.open(where, "wb") as f:
-                f.write(header() + saved[0])
+        atomic.write(path, header() + saved[0])
         if not self._saved:
             say(f"compile cache: saved {FILE} ({len(saved[0]) / 2**20:.1f} MiB) beside the checkpoints, for a restart")
         self._saved = len(saved[0])
