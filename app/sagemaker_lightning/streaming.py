@@ -111,12 +111,17 @@ def check_source(url: str, storage_options: dict | None = None) -> None:
     """One line when `url` is not a dataset litdata optimized that this job can read: an s3:// prefix (its bucket
     listed, its index.json there) or a directory (a channel) with index.json. litdata itself fails on either with a
     bare 404 (HeadObject), whatever the cause."""
-    fix = "write one with scripts/upload_data.py --format litdata (or litdata.optimize)"
+
+    def not_optimized(held: list[str] | None) -> UserError:  # held: what the folder or prefix holds, None: no folder
+        what = "does not exist" if held is None else f"holds {', '.join(held[:3])}" if held else "is empty"
+        return UserError(
+            f"{url} is not a dataset litdata optimized: it has no {INDEX} ({what}); write one with "
+            "scripts/upload_data.py --format litdata (or litdata.optimize)"
+        )
+
     if not url.startswith("s3://"):
         if not os.path.isfile(os.path.join(url, INDEX)):
-            held = sorted(os.listdir(url))[:3] if os.path.isdir(url) else None
-            what = "does not exist" if held is None else f"holds {', '.join(held)}" if held else "is empty"
-            raise UserError(f"{url} is not a dataset litdata optimized: it has no {INDEX} ({what}); {fix}")
+            raise not_optimized(sorted(os.listdir(url)) if os.path.isdir(url) else None)
         return
     import boto3
     from botocore.exceptions import BotoCoreError, ClientError
@@ -131,8 +136,7 @@ def check_source(url: str, storage_options: dict | None = None) -> None:
     except ClientError as e:
         code, operation = e.response.get("Error", {}).get("Code", "?"), e.operation_name
         if code in ("404", "NoSuchKey") and operation == "HeadObject":
-            what = f"holds {', '.join(held[:3])}" if held else "is empty"
-            raise UserError(f"{url} is not a dataset litdata optimized: it has no {INDEX} ({what}); {fix}") from None
+            raise not_optimized(held) from None
         if code == "NoSuchBucket":
             raise UserError(f"bucket {bucket} of {url} does not exist; check the data URI") from None
         raise UserError(
