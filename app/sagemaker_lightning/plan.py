@@ -26,11 +26,10 @@ from dataclasses import dataclass, field
 
 from sagemaker_lightning import network, paths, platforms
 from sagemaker_lightning.failure import UserError
-from sagemaker_lightning.platforms.cluster import DEFAULT_MASTER_PORT
+from sagemaker_lightning.platforms.cluster import DEFAULT_MASTER_PORT, DEFAULT_TIMEOUT_S
 from sagemaker_lightning.platforms.sagemaker import smddp_enabled
 
 DEFAULT_CHANNEL = "training"  # the input channel that holds the data; DATA_CHANNEL in the environment names another
-DEFAULT_TIMEOUT_S = 600  # seconds a rank waits for the others (dist_timeout); torch's own default is 30 minutes
 MAX_TIMEOUT_S = 28 * 24 * 3600  # the longest a SageMaker job runs (MaxRuntimeInSeconds): no wait needs to be longer
 UNSHARED_STORE = "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"  # set for the torchrun the runtime starts: each attempt's store
 # is new (restarts.SHARED_STORE says why)

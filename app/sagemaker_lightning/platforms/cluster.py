@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from sagemaker_lightning.failure import UserError
 
 DEFAULT_MASTER_PORT = "29500"  # torch.distributed's own default, where the platform names none
+DEFAULT_TIMEOUT_S = 600  # seconds a rank waits for the others (dist_timeout); torch's own default is 30 minutes
 
 
 @dataclass(frozen=True)
@@ -39,6 +40,11 @@ def whole(env: Mapping[str, str], name: str, least: int = 0) -> int:
 def names(count: int, node_rank: int, hostname: str) -> tuple[str, ...]:
     """The hosts of a platform that names only this one (torchrun assigns node ranks itself)."""
     return tuple(hostname if i == node_rank else f"node-{i}" for i in range(count))
+
+
+def join_timeout(options: Mapping) -> str:
+    """torchrun's option for a c10d rendezvous: it waits for every host as long as a rank waits for the others."""
+    return f"--rdzv-conf=join_timeout={options.get('timeout_s', DEFAULT_TIMEOUT_S)}"
 
 
 def static_torchrun(nnodes: int, node_rank: int, master: str, port: str, per_host: int) -> tuple[str, ...]:

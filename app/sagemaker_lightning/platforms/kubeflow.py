@@ -18,7 +18,14 @@ always meant pods (kubeflow/trainer #1790, PR #1840). Without PET_* that form is
 from collections.abc import Mapping
 
 from sagemaker_lightning.failure import UserError
-from sagemaker_lightning.platforms.cluster import DEFAULT_MASTER_PORT, Cluster, names, static_torchrun, whole
+from sagemaker_lightning.platforms.cluster import (
+    DEFAULT_MASTER_PORT,
+    Cluster,
+    join_timeout,
+    names,
+    static_torchrun,
+    whole,
+)
 
 DEFAULT_PORT = "23456"  # the training operator's pytorchjob-port when a job names none
 ENV = "MASTER_ADDR/RANK/WORLD_SIZE"  # the platform of the bare form, as the launch line names it
@@ -58,7 +65,7 @@ def pet(env: Mapping[str, str], wanted: int, hostname: str, **options) -> Cluste
     if options.get("max_restarts") is not None:  # the runtime's setting wins over the job's PET_MAX_RESTARTS
         torchrun.append(f"--max-restarts={options['max_restarts']}")
     if env.get("PET_RDZV_BACKEND", "static") != "static" and "PET_RDZV_CONF" not in env:
-        torchrun.append(f"--rdzv-conf=join_timeout={options.get('timeout_s', 600)}")
+        torchrun.append(join_timeout(options))
     hosts = names(pods, node_rank, hostname)
     return Cluster("Kubeflow", "process", hosts, node_rank, per_host, master, port, {}, tuple(torchrun))
 

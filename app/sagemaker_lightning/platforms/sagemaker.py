@@ -13,7 +13,7 @@ import json
 from collections.abc import Mapping
 
 from sagemaker_lightning.failure import UserError
-from sagemaker_lightning.platforms.cluster import DEFAULT_MASTER_PORT, Cluster
+from sagemaker_lightning.platforms.cluster import DEFAULT_MASTER_PORT, Cluster, join_timeout
 
 LAUNCHERS = ("lightning", "torchrun")  # LAUNCHER's values: who starts the processes of a one-process-per-host job
 
@@ -66,7 +66,7 @@ def torchrun_options(env, names: list[str], master: str, port: str, per_host: in
         f"--rdzv-endpoint={master}:{port}",
         f"--rdzv-id={env.get('TRAINING_JOB_NAME') or 'sagemaker-lightning'}",
         f"--max-restarts={restarts or 0}",
-        f"--rdzv-conf=join_timeout={options.get('timeout_s', 600)}",
+        join_timeout(options),
     )
 
 
