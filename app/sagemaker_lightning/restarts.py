@@ -95,12 +95,18 @@ def previous_failures(error_file: str, restart: int) -> dict[int, str | None]:
     return found
 
 
+def max_restarts(env: Mapping[str, str]) -> int:
+    """How many times torchrun restarts its worker group (TORCHELASTIC_MAX_RESTARTS), 0 where it does not."""
+    restarts = env.get("TORCHELASTIC_MAX_RESTARTS", "0")
+    return int(restarts) if restarts.isdigit() else 0
+
+
 def shared_store_line(env: Mapping[str, str]) -> str | None:
     """The warning for torchrun that restarts its ranks over a store it keeps across attempts (its default since torch
     2.4): a restarted rank may read a dead rank's address there and fail again (gloo: "Connection refused"; seen here
     with torch 2.14.1, tests/container/test_platforms.py). The torchrun the runtime starts has a new store each time."""
-    restarts = env.get("TORCHELASTIC_MAX_RESTARTS", "0")
-    if env.get("TORCHELASTIC_USE_AGENT_STORE") != "True" or not restarts.isdigit() or int(restarts) == 0:
+    restarts = max_restarts(env)
+    if env.get("TORCHELASTIC_USE_AGENT_STORE") != "True" or restarts == 0:
         return None
     return (
         f"warning: torchrun restarts the ranks (--max-restarts={restarts}) over one store for every attempt: a "
@@ -113,8 +119,8 @@ def unshared_line(plan, dirpath: str | None, env: Mapping[str, str]) -> str | No
     """The warning for in-job recovery across SageMaker hosts whose checkpoint directory is each host's own
     (/opt/ml/checkpoints: SageMaker restores it on every host only when it restarts the job): a restart that puts
     global rank 0 on another host, or any rank on a host that did not write last.ckpt, finds none."""
-    restarts = env.get("TORCHELASTIC_MAX_RESTARTS", "0")
-    if not (plan.on_sagemaker and len(plan.hosts) > 1 and restarts.isdigit() and int(restarts) > 0):
+    restarts = max_restarts(env)
+    if not (plan.on_sagemaker and len(plan.hosts) > 1 and restarts > 0):
         return None
     if dirpath and "://" in dirpath:
         return None

@@ -81,6 +81,12 @@ def test_a_restart_names_how_the_previous_attempt_ended(tmp_path, monkeypatch, c
     assert restarts.restart_line({**env, "TORCHELASTIC_RESTART_COUNT": "0"}, "h") is None
 
 
+@pytest.mark.parametrize(("given", "expected"), [(None, 0), ("", 0), ("0", 0), ("-1", 0), ("x", 0), ("3", 3)])
+def test_torchruns_restarts_are_a_whole_number_or_none(given, expected):
+    env = {} if given is None else {"TORCHELASTIC_MAX_RESTARTS": given}
+    assert restarts.max_restarts(env) == expected
+
+
 def test_torchrun_that_restarts_over_a_shared_store_is_warned_of():
     shared = {"TORCHELASTIC_USE_AGENT_STORE": "True", "TORCHELASTIC_MAX_RESTARTS": "1"}
     assert "TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1" in restarts.shared_store_line(shared)
