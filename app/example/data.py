@@ -1,9 +1,9 @@
 """CIFAR-10 as LightningDataModules: the files, the split, and the DataLoader path.
 
 `data_dir` holds either the extracted `cifar-10-batches-py/` or the official archive `cifar-10-python.tar.gz`
-(what users upload to S3), read in place: a FastFile channel streams it from S3, nothing is copied to disk. Files in the official format with other content (scripts/make_dataset.py) load too; a
-batch that would run code does not (cifar_files.py reads them). CIFAR10Base finds, reads, checks and splits
-the files; CIFAR10DataModule augments in DataLoader workers (PIL transforms), device_data.DeviceCIFAR10DataModule
+(what users upload to S3), read in place: a FastFile channel streams it from S3, nothing is copied to disk. Files in
+the official format with other content (scripts/make_dataset.py) load too; a batch that would run code does not
+(cifar_files.py reads them). CIFAR10Base finds, reads, checks and splits the files; CIFAR10DataModule augments in DataLoader workers (PIL transforms), device_data.DeviceCIFAR10DataModule
 on the training device. Each training image's crop and flip are drawn from a generator seeded by (seed, epoch,
 index): a resumed run augments as the uninterrupted one did, whichever worker process loads the image.
 
@@ -149,9 +149,18 @@ class EpochIndices(DistributedSampler):
         return ((epoch, i) for i in super().__iter__())
 
 
+def crop_and_flip(seed: int, epoch: int, index: int) -> tuple[int, int, bool]:
+    """A training image's crop (its top and left in the image padded by PAD) and whether it is flipped, as
+    RandomCrop(SIZE, padding=PAD) and RandomHorizontalFlip draw them, from a generator seeded by (seed, epoch, index):
+    a resumed run draws what the uninterrupted one drew, in whichever process."""
+    generator = torch.Generator().manual_seed(hash((seed, epoch, index)) & 0xFFFF_FFFF_FFFF_FFFF)
+    dy, dx = torch.randint(0, 2 * PAD + 1, (2,), generator=generator).tolist()
+    return dy, dx, torch.rand(1, generator=generator).item() < 0.5
+
+
 class SeededCrops(Dataset):
     """Images (PIL) of `images` cropped and flipped as RandomCrop(SIZE, padding=PAD) and RandomHorizontalFlip draw
-    them, but from a generator seeded by (seed, epoch, index), then `finish`ed: keyed by (epoch, index)."""
+    them, but drawn by crop_and_flip, then `finish`ed: keyed by (epoch, index)."""
 
     def __init__(self, images: Dataset, seed: int, finish):
         self.images, self.seed, self.finish = images, seed, finish
@@ -162,10 +171,9 @@ class SeededCrops(Dataset):
     def __getitem__(self, key: tuple[int, int]):
         epoch, index = key
         image, label = self.images[index]
-        generator = torch.Generator().manual_seed(hash((self.seed, epoch, index)) & 0xFFFF_FFFF_FFFF_FFFF)
-        dy, dx = torch.randint(0, 2 * PAD + 1, (2,), generator=generator).tolist()
+        dy, dx, flip = crop_and_flip(self.seed, epoch, index)
         image = TF.crop(TF.pad(image, PAD), dy, dx, SIZE, SIZE)
-        if torch.rand(1, generator=generator).item() < 0.5:
+        if flip:
             image = TF.hflip(image)
         return self.finish(image), label
 

@@ -18,7 +18,7 @@ import os
 import numpy as np
 import torch
 
-from data import MEAN, PAD, SIZE, STD, CIFAR10Base
+from data import MEAN, PAD, SIZE, STD, CIFAR10Base, crop_and_flip
 from sagemaker_lightning import UserError
 from sagemaker_lightning.streaming import allow_plain_http, check_source
 
@@ -31,7 +31,7 @@ def split_url(data_dir: str, split: str) -> str:
 
 class Augment:
     """An item of the optimized dataset ({"id", "image": uint8 SIZE×SIZE×3, "label"}) as (image tensor, label): for
-    training cropped and flipped as data.py's SeededCrops does, from a generator seeded by (seed, epoch, id); the
+    training cropped and flipped as data.py's SeededCrops does (crop_and_flip, seeded by (seed, epoch, id)); the
     epoch is its dataset's (set once the dataset exists: `dataset`)."""
 
     def __init__(self, seed: int, train: bool):
@@ -41,11 +41,9 @@ class Augment:
     def __call__(self, item: dict):
         image = np.asarray(item["image"], dtype=np.uint8)
         if self.train:
-            key = hash((self.seed, self.dataset.current_epoch, int(item["id"]))) & 0xFFFF_FFFF_FFFF_FFFF
-            generator = torch.Generator().manual_seed(key)
-            dy, dx = torch.randint(0, 2 * PAD + 1, (2,), generator=generator).tolist()
+            dy, dx, flip = crop_and_flip(self.seed, self.dataset.current_epoch, int(item["id"]))
             image = np.pad(image, ((PAD, PAD), (PAD, PAD), (0, 0)))[dy : dy + SIZE, dx : dx + SIZE]
-            if torch.rand(1, generator=generator).item() < 0.5:
+            if flip:
                 image = image[:, ::-1]
         normalized = (image.astype(np.float32) / 255 - self.mean) / self.std
         return torch.from_numpy(np.ascontiguousarray(normalized.transpose(2, 0, 1))), int(item["label"])
