@@ -5,8 +5,8 @@ SageMaker's grace period; every way it fails ends in one line in the failure fil
 SageMaker signals only PID 1 on StopTrainingJob and spot interruption (and kills the container 120 s later); the
 training toolkit does not pass the signal on (sagemaker-training-toolkit #125, #173). Kubernetes does the same (30 s
 later by default); HyperPod's graceful stop sends SIGUSR1, passed on as SIGTERM. Once the stopped trainers have
-ended, the command is signalled too: a launcher (torchrun with --max-restarts) would restart them. The signal goes to each
-training process that registered (signals.py); without any (a plain `docker run ... python script.py`), to the
+ended, the command is signalled too: a launcher (torchrun with --max-restarts) would restart them. The signal goes to
+each training process that registered (signals.py); without any (a plain `docker run ... python script.py`), to the
 command itself. In a job the command's output passes through here as it comes (a \\r progress bar too), its last
 lines kept, each cut short, for the failure line. Before the command starts, inside a SageMaker job
 (resourceconfig.json present):

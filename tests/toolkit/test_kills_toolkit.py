@@ -98,9 +98,9 @@ def test_two_hosts_resume_exactly_after_sigterm_and_sigkill(run_hosts, archive_d
     first host's not yet (as SageMaker signals each host on its own; its first batch ends after the second host decided
     the stop), the validation's later batches each longer than the grace period, shortened to 20 s, after which the
     host is SIGKILLed as SageMaker does: both stop after that batch, with step 3's last.ckpt, and exit 143 within
-    the grace (they used to finish the validation first, and were killed); run again, the second host's first read of last.ckpt failing once (as S3 throttling does): it is read
-    again, not skipped, and both resume from the checkpoint rank 0 chose, ending at the uninterrupted run's step with
-    the same weights."""
+    the grace (they used to finish the validation first, and were killed); run again, the second host's first read of
+    last.ckpt failing once (as S3 throttling does): it is read again, not skipped, and both resume from the checkpoint
+    rank 0 chose, ending at the uninterrupted run's step with the same weights."""
     hosts, data = ["localhost", "127.0.0.1"], {"training": archive_dir}
     hps = {
         **tiny,
