@@ -1,7 +1,7 @@
 #!/bin/sh
 # sshd for the MPI runners (mpirun starts the other hosts' ranks over ssh; the toolkit starts sshd only for MPI
 # jobs). No key is made here: every host of a job makes its own when the job starts and the hosts exchange their
-# public keys (app/sagemaker_lightning/ssh.py), so no copy of the image holds a key that opens any job. Here:
+# public keys (app/sagemaker_lightning/boot/ssh.py), so no copy of the image holds a key that opens any job. Here:
 # none left over from the packages (or a base image's own, in this layer), no passwords, the job's keys only.
 set -eu
 [ -x /usr/sbin/sshd ] || exit 0  # a base image without sshd (a stand-in): nothing to configure

@@ -55,7 +55,7 @@ def measure(train_args: list[str]) -> dict:
 
     import throughput  # puts the example on the path
     import train
-    from sagemaker_lightning import sharding
+    from sagemaker_lightning.parallel import fsdp
 
     class Ledger(pl.Callback):
         def on_before_optimizer_step(self, trainer, pl_module, optimizer):
@@ -72,7 +72,7 @@ def measure(train_args: list[str]) -> dict:
     ledger = Ledger()
     cli.trainer.callbacks.append(ledger)
     cli.trainer.fit(cli.model, cli.datamodule)
-    sharded = isinstance(cli.trainer.strategy, sharding.FullyShardedStrategy)
+    sharded = isinstance(cli.trainer.strategy, fsdp.FullyShardedStrategy)
     return {
         "rank": cli.trainer.global_rank,
         "params_mib": ledger.params / MIB,

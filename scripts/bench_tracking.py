@@ -40,7 +40,9 @@ def main() -> int:
     import mlflow
     import torch
 
-    from sagemaker_lightning import flavor, mlflow_run, tracking
+    from sagemaker_lightning.cli import lightning_package
+    from sagemaker_lightning.tracking import mlflow_run
+    from sagemaker_lightning.tracking import tracker as tracking
 
     print(
         f"date: {time.strftime('%Y-%m-%d')}; {machine.cpu()}, {len(os.sched_getaffinity(0))} cores; Python {platform.python_version()}, torch "
@@ -49,7 +51,9 @@ def main() -> int:
     outputs, batch = torch.tensor(0.5), (torch.zeros(32, 4), torch.zeros(32))
     summary = []
     for every in args.every:
-        tracker = flavor.made(tracking.Tracker, pl)(args.uri, "bench-tracking", None, {}, "h", None, False, False, str)
+        tracker = lightning_package.made(tracking.Tracker, pl)(
+            args.uri, "bench-tracking", None, {}, "h", None, False, False, str
+        )
         tracker.run = mlflow_run.Run(args.uri, "bench-tracking", f"every-{every}", {}, None, lambda *_: None)
         assert tracker.run.is_open.wait(60), f"{args.uri} did not answer"
         trainer = SimpleNamespace(global_step=0, log_every_n_steps=every, world_size=1)

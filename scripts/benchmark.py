@@ -28,7 +28,7 @@ import make_dataset
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-# The Estimator hyperparameters of Krasser's part 1 (tests/unit/test_cli.py: KRASSER_PART1), less the CPU-only
+# The Estimator hyperparameters of Krasser's part 1 (tests/unit/cli/test_cli.py: KRASSER_PART1), less the CPU-only
 # accelerator, plus its 1 worker and fp32
 BASELINE = ["--data", "CIFAR10DataModule", "--data.batch_size", "32", "--data.num_workers", "1", "--optimizer", "Adam"]
 BASELINE += [

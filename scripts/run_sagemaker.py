@@ -18,7 +18,7 @@ import sys
 
 from jobs import options, sdk2, sdk3, spec
 from jobs.watch import ValidationWatch
-from sagemaker_lightning import quiet
+from sagemaker_lightning.cli import quiet
 
 HERE = os.path.dirname(os.path.abspath(__file__))  # scripts/, where sagemaker_config.yaml is
 # Local mode needs no AWS account: a region, a dummy role (spec.LOCAL_ROLE), and no telemetry calls (they fail offline)

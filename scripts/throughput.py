@@ -27,8 +27,8 @@ import torchvision  # noqa: E402
 
 import machine  # noqa: E402 (beside this script)
 import train  # noqa: E402 (the example's)
-from sagemaker_lightning import precision  # noqa: E402
 from sagemaker_lightning.checkpoints.last import LastCheckpoint  # noqa: E402
+from sagemaker_lightning.cli import precision  # noqa: E402
 
 # torch and oneDNN held below the CPU's instruction set (ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 emulate an
 # AVX2-only CPU): reported with the figures

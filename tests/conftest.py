@@ -31,7 +31,7 @@ def pytest_collection_modifyitems(config, items):
     """A test whose tier markers are not exactly its folder's stops the run before anything runs."""
     wrong = []
     for item in items:
-        tier = os.path.basename(os.path.dirname(str(item.path)))
+        tier = os.path.relpath(str(item.path), os.path.join(ROOT, "tests")).split(os.sep)[0]
         if [t for t in TIERS if item.get_closest_marker(t)] != [tier]:
             wrong.append(item.nodeid)
     if wrong:

@@ -1,5 +1,5 @@
 """CIFAR-10 streamed with litdata, for data larger than the disk: batches come from chunks that are downloaded as they
-are needed into a bounded cache (the job's: sagemaker_lightning/streaming.py), never the whole set first.
+are needed into a bounded cache (the job's: sagemaker_lightning/data/streaming.py), never the whole set first.
 
 `data_dir` is what scripts/upload_data.py --format litdata wrote: an s3:// prefix with train/ and test/ below it,
 each a dataset in litdata's optimized format; or a directory that holds them (a channel: in FastFile mode SageMaker
@@ -20,7 +20,7 @@ import torch
 
 from data import MEAN, PAD, SIZE, STD, CIFAR10Base, crop_and_flip
 from sagemaker_lightning import UserError
-from sagemaker_lightning.streaming import allow_plain_http, check_source
+from sagemaker_lightning.data.streaming import allow_plain_http, check_source
 
 SPLITS = {"train": "train", "test": "test"}  # split → the folder under data_dir that upload_data.py writes
 

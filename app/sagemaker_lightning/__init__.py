@@ -18,9 +18,9 @@ from sagemaker_lightning.failure import UserError
 
 __all__ = ["LightningCLI", "ResumableDataLoader", "ResumableEpoch", "UserError"]
 HEAVY = {  # each imports torch (and Lightning): only when asked for
-    "LightningCLI": "sagemaker_lightning.cli",
-    "ResumableDataLoader": "sagemaker_lightning.checkpoints.loader",
-    "ResumableEpoch": "sagemaker_lightning.checkpoints.loader",
+    "LightningCLI": "sagemaker_lightning.cli.hub",
+    "ResumableDataLoader": "sagemaker_lightning.data.resumable",
+    "ResumableEpoch": "sagemaker_lightning.data.resumable",
 }
 
 

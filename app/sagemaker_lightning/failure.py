@@ -21,7 +21,7 @@ import sys
 import time
 from collections.abc import Callable, Mapping
 
-from sagemaker_lightning import paths
+from sagemaker_lightning.launch import paths
 
 SIGTERM_EXIT = 128 + signal.SIGTERM  # stopped, checkpoint saved: not a failure of the code
 TERMINATION_LOG = "/dev/termination-log"  # a Kubernetes container's terminationMessagePath, where the kubelet made it
@@ -205,7 +205,7 @@ def _streamed_read(e: BaseException, ctx: dict) -> str | None:
         f"a streamed dataset could not be read from S3 ({getattr(e, 'operation_name', '?')}: "
         f"{error.get('Code', '?')} {error.get('Message', '')}".rstrip()
         + "): its s3:// prefix holds no dataset litdata optimized (index.json), its bucket does not exist, or the "
-        "job's role cannot read it; sagemaker_lightning.streaming.check_source(url) in the data module says which"
+        "job's role cannot read it; sagemaker_lightning.data.streaming.check_source(url) in the data module says which"
     )
 
 

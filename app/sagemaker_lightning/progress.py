@@ -16,7 +16,7 @@ import torch
 from torch.distributed.tensor import DTensor
 
 from sagemaker_lightning import lines
-from sagemaker_lightning.flavor import made
+from sagemaker_lightning.cli.lightning_package import made
 from sagemaker_lightning.lines import say
 
 

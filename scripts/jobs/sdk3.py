@@ -14,7 +14,7 @@ import os
 
 from jobs import dry_run
 from jobs.spec import CHECKPOINTS, Job
-from sagemaker_lightning.hyperparameters import typed
+from sagemaker_lightning.launch.hyperparameters import typed
 
 
 def nested(hyperparameters: dict[str, str]) -> dict:

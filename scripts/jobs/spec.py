@@ -17,9 +17,11 @@ import re
 import sys
 import time
 
-from sagemaker_lightning import lines, paths, tracking
+from sagemaker_lightning import lines
 from sagemaker_lightning.failure import UserError
+from sagemaker_lightning.launch import paths
 from sagemaker_lightning.lines import METRICS  # the runtime's lines, read into CloudWatch metrics
+from sagemaker_lightning.tracking import tracker
 
 LOCAL_ROLE = "arn:aws:iam::111111111111:role/service-role/LocalModeRole"  # local mode needs a role ARN, checks none
 # the container's checkpoint directory: SageMaker syncs it with checkpoint_s3_uri; the runtime's plan makes it the
@@ -32,7 +34,7 @@ INPUT_MODES = ("File", "FastFile")
 LOCAL_FASTFILE = "local mode copies the channels whole (File): FastFile runs in the cloud only"
 KEEP_ALIVE_MAX_S = 3600  # SageMaker's longest KeepAlivePeriodInSeconds for one job (its warm pools' documentation)
 # SageMaker's framework hyperparameters per distribution, as SDK 2.x's PyTorch estimator sets them; the toolkit
-# in the image reads them and picks its runner (tests/unit/test_run_sagemaker.py compares with the SDK's own)
+# in the image reads them and picks its runner (tests/unit/scripts/test_run_sagemaker.py compares with the SDK's own)
 # (sagemaker_instance_type: None is filled in with the job's instance type)
 DISTRIBUTIONS = {
     "none": {},
@@ -181,7 +183,7 @@ def make_job(args: argparse.Namespace, installed: str | None = None) -> Job:
     env.update(key_values(args.env, "NCCL_DEBUG=INFO"))
     if args.mlflow:
         try:
-            env["MLFLOW_TRACKING_URI"] = tracking.check_uri(args.mlflow)
+            env["MLFLOW_TRACKING_URI"] = tracker.check_uri(args.mlflow)
         except UserError as e:
             raise SystemExit(f"error: --mlflow: {e}") from None
         if args.network_isolation:

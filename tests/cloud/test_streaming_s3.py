@@ -1,5 +1,5 @@
 """A dataset streamed from S3 (moto) whose cache cannot hold one of its chunks fails in one line before the first
-step (sagemaker_lightning/streaming.py): litdata itself would download into a cache it must empty at once."""
+step (sagemaker_lightning/data/streaming.py): litdata itself would download into a cache it must empty at once."""
 
 import os
 
@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from sagemaker_lightning import UserError, streaming
+from sagemaker_lightning import UserError
+from sagemaker_lightning.data import streaming
 
 pytestmark = pytest.mark.cloud
 

@@ -122,7 +122,7 @@ def test_format_litdata_goes_up_as_chunks_that_stream_back_as_the_images(s3, arc
     from litdata import StreamingDataset
 
     from cifar_files import read_split
-    from sagemaker_lightning import streaming
+    from sagemaker_lightning.data import streaming
 
     proc = upload(f"s3://{BUCKET}/cifar-litdata", "--from", archive_dir, "--format", "litdata", "--chunk-bytes", "64KB")
     assert proc.returncode == 0, proc.stderr
@@ -142,9 +142,10 @@ def test_format_litdata_goes_up_as_chunks_that_stream_back_as_the_images(s3, arc
 
 
 def test_a_prefix_that_is_no_optimized_dataset_or_cannot_be_read_is_one_line(s3, archive_dir):
-    """What a job's streaming data module checks first (sagemaker_lightning.streaming.check_source): litdata itself
+    """What a job's streaming data module checks first (sagemaker_lightning.data.streaming.check_source): litdata itself
     fails on each with a bare 404 of HeadObject."""
-    from sagemaker_lightning import UserError, streaming
+    from sagemaker_lightning import UserError
+    from sagemaker_lightning.data import streaming
 
     assert upload(f"s3://{BUCKET}/cifar10", "--from", archive_dir).returncode == 0  # the archive, not chunks
     cases = {

@@ -84,7 +84,7 @@ def test_the_dlc_flavors_build_the_app_over_a_base_with_torch(image, make):
                 f"sagemaker-lightning:{flavor}-standin",
                 "python",
                 "-c",
-                "import train, sagemaker_lightning.cli, sagemaker_pytorch_container, s3fs, lightning; print('ok')",
+                "import train, sagemaker_lightning.cli.hub, sagemaker_pytorch_container, s3fs, lightning; print('ok')",
             ],
             capture_output=True,
             text=True,

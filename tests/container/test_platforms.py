@@ -32,7 +32,7 @@ import pytest
 import torch
 from job_lines import final
 
-from sagemaker_lightning import watchdog
+from sagemaker_lightning.health import watchdog
 
 pytestmark = pytest.mark.container
 

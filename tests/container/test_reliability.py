@@ -16,7 +16,8 @@ import torch
 from compose_jobs import containers, job_code, start_job
 from job_lines import final
 
-from sagemaker_lightning import entrypoint, failure
+from sagemaker_lightning import failure
+from sagemaker_lightning.boot import entrypoint
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -413,7 +414,7 @@ def test_host_keys_are_checked_whatever_the_base_image_says(image):
     script = (
         "printf 'Host *\\n  StrictHostKeyChecking no\\n' | cat - /etc/ssh/ssh_config > /tmp/c && "
         "cp /tmp/c /etc/ssh/ssh_config && ssh -G algo-2 | grep -i stricthostkeychecking && "
-        'python3 -c \'from sagemaker_lightning import ssh; k = ssh.make_keys("/root/.ssh", "/tmp/host"); '
+        'python3 -c \'from sagemaker_lightning.boot import ssh; k = ssh.make_keys("/root/.ssh", "/tmp/host"); '
         'ssh.authorize("/root/.ssh", {"algo-2": ("10.0.0.2", k)})\' && echo exchanged && ssh -G algo-2'
     )
     shown = subprocess.run(

@@ -18,7 +18,7 @@ from job_lines import ranks
 from test_reliability import finish, paced, read_until
 
 from model import ImageClassifier
-from sagemaker_lightning.checkpoints import sharded
+from sagemaker_lightning.checkpoints import sharded_saves
 from sagemaker_lightning.progress import weights_digest
 
 pytestmark = pytest.mark.container
@@ -69,8 +69,8 @@ def test_fsdp_on_two_local_mode_hosts_exports_and_resumes_exactly_after_sigkill_
     subprocess.run(["docker", "kill", *containers(job.folder)], check=True, capture_output=True)
     finish(job, lines)
     assert job.returncode != 0
-    save, _ = sharded.newest_complete(ckpts / "last.ckpt")
-    step = torch.load(save / sharded.META, weights_only=False)["global_step"]
+    save, _ = sharded_saves.newest_complete(ckpts / "last.ckpt")
+    step = torch.load(save / sharded_saves.META, weights_only=False)["global_step"]
     assert 4 <= step < 12
 
     code, pace = paced(tmp_path, 0)
@@ -93,8 +93,8 @@ def test_fsdp_on_two_local_mode_hosts_exports_and_resumes_exactly_after_sigkill_
     # SIGTERM's (or the step's, when the stop came right after it), complete, one file per rank, and the one complete
     # save before it; the older ones removed
     before, save = sorted(os.listdir(ckpts / "last.ckpt"))
-    assert sharded.missing(ckpts / "last.ckpt" / before) == []
-    assert sharded.missing(ckpts / "last.ckpt" / save) == [] and save.startswith(f"step-{stopped_at:09d}-")
+    assert sharded_saves.missing(ckpts / "last.ckpt" / before) == []
+    assert sharded_saves.missing(ckpts / "last.ckpt" / save) == [] and save.startswith(f"step-{stopped_at:09d}-")
     assert {"__0_0.distcp", "__1_0.distcp"} <= set(os.listdir(ckpts / "last.ckpt" / save))
 
     job = start_job(image, archive_dir, tmp_path / "d", "--checkpoints", str(ckpts), *FSDP)

@@ -1,4 +1,4 @@
-"""The warm pool's cache folder in the image (app/sagemaker_lightning/warmpool.py): two runs of a job that brings its
+"""The warm pool's cache folder in the image (app/sagemaker_lightning/boot/warmpool.py): two runs of a job that brings its
 own code with a requirements.txt naming a package index (a local one, made here), the same folder mounted at
 /opt/ml/sagemaker/warmpoolcache in both, as SageMaker keeps it on a warm pool's instance. The first, with the
 network, gets its code from S3 as in the cloud (sagemaker_submit_directory on moto's S3: PID 1 fetches it before the

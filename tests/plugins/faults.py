@@ -12,7 +12,7 @@ import time
 import proctree
 import torch
 
-from sagemaker_lightning.flavor import package
+from sagemaker_lightning.cli.lightning_package import package
 
 pl = package()
 
@@ -62,7 +62,7 @@ class KillWhenTracked(pl.Callback):
             return
         from mlflow.tracking import MlflowClient
 
-        from sagemaker_lightning.tracking import read_record
+        from sagemaker_lightning.tracking.tracker import read_record
 
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
@@ -83,7 +83,7 @@ class KillProcess(pl.Callback):
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
         if trainer.is_global_zero and trainer.global_step == self.step:
-            from sagemaker_lightning.tracking import read_record
+            from sagemaker_lightning.tracking.tracker import read_record
 
             deadline = time.monotonic() + 60  # once the job's run is open: what it held is read afterwards
             while not read_record(trainer.checkpoint_callback.dirpath) and time.monotonic() < deadline:
@@ -119,11 +119,11 @@ class Hang(pl.Callback):
 
 
 def entrypoint() -> int:
-    """This host's entrypoint (PID 1 in a container): the nearest ancestor running sagemaker_lightning.entrypoint."""
+    """This host's entrypoint (PID 1 in a container): the nearest ancestor running sagemaker_lightning.boot.entrypoint."""
     pid = os.getpid()
     while pid > 1:
         with open(f"/proc/{pid}/cmdline", "rb") as f:
-            if b"sagemaker_lightning.entrypoint" in f.read():
+            if b"sagemaker_lightning.boot.entrypoint" in f.read():
                 return pid
         with open(f"/proc/{pid}/stat") as f:
             pid = int(f.read().rsplit(")", 1)[1].split()[1])  # the parent

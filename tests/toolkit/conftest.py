@@ -25,7 +25,7 @@ EXAMPLE = os.path.join(ROOT, "app", "example")
 ENTRYPOINT = [
     sys.executable,
     "-m",
-    "sagemaker_lightning.entrypoint",
+    "sagemaker_lightning.boot.entrypoint",
     os.path.join(os.path.dirname(sys.executable), "train"),
 ]
 

@@ -12,7 +12,8 @@ import sys
 
 import pytest
 
-from sagemaker_lightning import lines, stragglers
+from sagemaker_lightning import lines
+from sagemaker_lightning.health import stragglers
 
 pytestmark = pytest.mark.toolkit
 
@@ -243,7 +244,7 @@ LOCAL_RANKS = {  # launcher: (hyperparameters, environment) for 2 processes on o
             "sagemaker_instance_type": "ml.c5.xlarge",
             "sagemaker_mpi_num_of_processes_per_host": 2,  # torchrun's --nproc_per_node on a CPU instance
         },
-        {"SAGEMAKER_TRAINING_MODULE": "sagemaker_lightning.toolkit:main"},  # the image's
+        {"SAGEMAKER_TRAINING_MODULE": "sagemaker_lightning.boot.toolkit:main"},  # the image's
     ),
 }
 

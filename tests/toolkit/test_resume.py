@@ -31,7 +31,8 @@ from torch.utils.data import DataLoader, TensorDataset
 
 import device_data  # noqa: F401  (--data finds DeviceCIFAR10DataModule by its short name)
 from data import CIFAR10Base
-from sagemaker_lightning import LightningCLI, signals
+from sagemaker_lightning import LightningCLI
+from sagemaker_lightning.boot import signals
 
 pytestmark = pytest.mark.toolkit
 

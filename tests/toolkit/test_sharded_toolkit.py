@@ -12,7 +12,7 @@ import torch
 from job_lines import ranks
 
 from model import ImageClassifier
-from sagemaker_lightning.checkpoints import sharded
+from sagemaker_lightning.checkpoints import sharded_saves
 from sagemaker_lightning.progress import weights_digest
 
 pytestmark = pytest.mark.toolkit
@@ -66,7 +66,7 @@ def test_fsdp_exports_stops_on_sigterm_and_resumes_a_killed_run_exactly(run_host
         assert host.returncode != 0 and "stopped by SIGTERM" in host.failure, host.output[-3000:]
     step = int(re.findall(r"saved last\.ckpt at epoch 0 step (\d+)", stopped[0].output)[-1])
     save = sorted(os.listdir(ckpts / "last.ckpt"))[-1]  # the newest (the one before it, if any, stays)
-    assert sharded.missing(ckpts / "last.ckpt" / save) == [] and save.startswith(f"step-{step:09d}-")
+    assert sharded_saves.missing(ckpts / "last.ckpt" / save) == [] and save.startswith(f"step-{step:09d}-")
     assert step < 4  # so that the next job saves at step 4 before it is killed
 
     # resumed from SIGTERM's save, then rank 0 SIGKILLed at step 5, after the save at step 4

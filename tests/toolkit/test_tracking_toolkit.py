@@ -1,4 +1,4 @@
-"""Experiment tracking in MLflow (tracking.py, mlflow_run.py): real jobs (the toolkit's `train` on a temporary
+"""Experiment tracking in MLflow (tracking.py, run.py): real jobs (the toolkit's `train` on a temporary
 /opt/ml) against a real `mlflow server` (sqlite, local artifacts) on 127.0.0.1, MLFLOW_TRACKING_URI in the job's
 environment as an Estimator's `environment` puts it there. One chain of restarts serves most assertions: a SIGKILL
 mid-epoch after the run holds steps the checkpoint does not, a restart, a SIGTERM, a restart.
@@ -12,7 +12,7 @@ import re
 
 import pytest
 
-from sagemaker_lightning.mlflow_run import connect
+from sagemaker_lightning.tracking.mlflow_run import connect
 
 pytestmark = pytest.mark.toolkit
 
@@ -146,7 +146,7 @@ def test_a_continued_run_skips_the_steps_it_holds_and_keeps_its_parameters(mlflo
     """The run's thread alone, in this process: a run that failed (FAILED) after steps 1-5, continued by a job that
     resumed from step 2 with one setting changed: it is RUNNING again, then FINISHED; steps 3-5 are not sent twice;
     the changed setting keeps the run's value and its tag says both; a repeated step within one job is sent once."""
-    from sagemaker_lightning import mlflow_run
+    from sagemaker_lightning.tracking import mlflow_run
 
     client, recorded = connect(mlflow_server.url), []
     first = mlflow_run.Run(mlflow_server.url, "direct", "job-1", {}, None, lambda *ids: recorded.append(ids))

@@ -4,7 +4,7 @@ turn exceptions and the toolkit's failure text into that line."""
 import pytest
 
 from sagemaker_lightning import failure
-from sagemaker_lightning.plan import make_plan
+from sagemaker_lightning.launch.plan import make_plan
 
 pytestmark = pytest.mark.unit
 

@@ -14,28 +14,28 @@ pytestmark = pytest.mark.unit
 
 LIGHT = (
     "sagemaker_lightning",
-    "sagemaker_lightning.entrypoint",
-    "sagemaker_lightning.ssh",
-    "sagemaker_lightning.signals",
-    "sagemaker_lightning.autoenv",
-    "sagemaker_lightning.plan",
-    "sagemaker_lightning.platforms",
-    "sagemaker_lightning.platforms.kubeflow",
-    "sagemaker_lightning.platforms.slurm",
-    "sagemaker_lightning.restarts",
-    "sagemaker_lightning.network",
-    "sagemaker_lightning.hyperparameters",
-    "sagemaker_lightning.paths",
-    "sagemaker_lightning.warmpool",
-    "sagemaker_lightning.toolkit",
-    "sagemaker_lightning.instances",
-    "sagemaker_lightning.efa",
+    "sagemaker_lightning.boot.entrypoint",
+    "sagemaker_lightning.boot.ssh",
+    "sagemaker_lightning.boot.signals",
+    "sagemaker_lightning.boot.autoenv",
+    "sagemaker_lightning.launch.plan",
+    "sagemaker_lightning.launch.platforms",
+    "sagemaker_lightning.launch.platforms.kubeflow",
+    "sagemaker_lightning.launch.platforms.slurm",
+    "sagemaker_lightning.stop.restarts",
+    "sagemaker_lightning.launch.network",
+    "sagemaker_lightning.launch.hyperparameters",
+    "sagemaker_lightning.launch.paths",
+    "sagemaker_lightning.boot.warmpool",
+    "sagemaker_lightning.boot.toolkit",
+    "sagemaker_lightning.launch.instances",
+    "sagemaker_lightning.health.efa",
     "sagemaker_lightning.failure",
     "sagemaker_lightning.lines",
-    "sagemaker_lightning.flavor",
-    "sagemaker_lightning.quiet",
-    "sagemaker_lightning.tracking",  # its URI check runs in scripts/run_sagemaker.py too, where no torch is
-    "sagemaker_lightning.mlflow_run",
+    "sagemaker_lightning.cli.lightning_package",
+    "sagemaker_lightning.cli.quiet",
+    "sagemaker_lightning.tracking.tracker",  # its URI check runs in scripts/run_sagemaker.py too, where no torch is
+    "sagemaker_lightning.tracking.mlflow_run",
 )
 HEAVY = ("torch", "lightning", "pytorch_lightning", "lightning_fabric", "numpy")  # none of them on the start-up path
 
@@ -72,7 +72,9 @@ def test_the_start_up_hook_applies_the_plan_without_torch(tmp_path):
     """On the second host of a SageMaker job the hook sets the rank variables, importing none of HEAVY."""
     env = {"SM_HOSTS": '["algo-1","algo-2"]', "SM_CURRENT_HOST": "algo-2", "SM_NUM_GPUS": "0"}
     env["SAGEMAKER_BASE_DIR"] = str(tmp_path)
-    done = run("import os, sagemaker_lightning.autoenv; print(os.environ['NODE_RANK'], os.environ['WORLD_SIZE'])", env)
+    done = run(
+        "import os, sagemaker_lightning.boot.autoenv; print(os.environ['NODE_RANK'], os.environ['WORLD_SIZE'])", env
+    )
     assert done.returncode == 0 and done.stdout.split() == ["1", "2"], done.stderr
 
 
@@ -88,7 +90,7 @@ def test_the_toolkits_framework_module_reads_torchs_version_without_importing_it
     import torch
 
     done = subprocess.run(
-        [sys.executable, "-c", "import os, sys; from sagemaker_lightning import toolkit; toolkit.set_torch_version(); "
+        [sys.executable, "-c", "import os, sys; from sagemaker_lightning.boot import toolkit; toolkit.set_torch_version(); "
          "print(os.environ['SM_DLC_TORCH_VERSION'], 'torch' in sys.modules)"],
         capture_output=True, text=True, env={"PATH": os.environ["PATH"]},
     )  # fmt: skip

@@ -19,11 +19,11 @@ from collections.abc import Callable
 
 import torch
 
-from sagemaker_lightning import sharding
 from sagemaker_lightning.checkpoints.atomic import replacing
 from sagemaker_lightning.checkpoints.io import inside, read
 from sagemaker_lightning.failure import UserError
 from sagemaker_lightning.lines import say
+from sagemaker_lightning.parallel import fsdp
 
 
 def write(model_dir: str, state: dict, config_yaml: str) -> str:
@@ -70,8 +70,8 @@ class Export:
     def on_fit_end(self, trainer, pl_module):
         trainer.ckpt_path = None  # the resume applied to this fit; a later validate/test picks its own checkpoint
         best = best_checkpoint(trainer)
-        # the final weights: under fsdp every rank gathers its shards, rank 0 gets the whole (sharding.py)
-        final = sharding.full_state_dict(trainer.strategy, pl_module) if self.model_dir and not best else None
+        # the final weights: under fsdp every rank gathers its shards, rank 0 gets the whole (fsdp.py)
+        final = fsdp.full_state_dict(trainer.strategy, pl_module) if self.model_dir and not best else None
         failed = None
         if self.model_dir and trainer.is_global_zero:
             try:

@@ -23,9 +23,9 @@ import fsspec
 import fsspec.implementations.local
 import torch
 
-from sagemaker_lightning import watchdog
 from sagemaker_lightning.checkpoints.atomic import replacing
 from sagemaker_lightning.failure import UserError
+from sagemaker_lightning.health import watchdog
 from sagemaker_lightning.lines import say
 
 TRIES = 3  # reads of a checkpoint that fail for a transient reason, before the job fails naming the file

@@ -18,12 +18,13 @@ import functools
 import os
 import time
 
-from sagemaker_lightning import restarts, sharding
 from sagemaker_lightning.checkpoints.atomic import keep_previous
 from sagemaker_lightning.checkpoints.io import inside
+from sagemaker_lightning.cli.lightning_package import attribute
 from sagemaker_lightning.failure import UserError
-from sagemaker_lightning.flavor import attribute
 from sagemaker_lightning.lines import say
+from sagemaker_lightning.parallel import fsdp
+from sagemaker_lightning.stop import restarts
 
 AUTO_INTERVAL_S = 60  # where no SIGTERM arrives: last.ckpt about this often, so a stop loses about a minute at most
 MEASURED_STEPS = 3  # steps timed (after the first, which compiles and warms up) to choose that interval
@@ -93,10 +94,10 @@ class LastCheckpoint:
 
     def save(self, trainer) -> str:
         path = os.path.join(self.checkpoint.dirpath, "last.ckpt")
-        if trainer.is_global_zero and not sharding.sharded(trainer.strategy):  # fsdp keeps two saves itself
+        if trainer.is_global_zero and not fsdp.sharded(trainer.strategy):  # fsdp keeps two saves itself
             keep_previous(path)
         started = self.clock()
-        with sharding.sharded_saves(trainer.strategy):  # fsdp: a folder of one file per rank (sharding.py)
+        with fsdp.sharded_saves(trainer.strategy):  # fsdp: a folder of one file per rank (fsdp.py)
             trainer.save_checkpoint(path, weights_only=False)  # every rank calls it; rank 0 writes (atomically)
         self._saved_step = trainer.global_step
         if trainer.is_global_zero:

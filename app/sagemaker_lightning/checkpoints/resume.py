@@ -1,5 +1,5 @@
 """Which checkpoint a (re)started job resumes from, chosen once for all ranks: one entry (ResumePoint) for a
-single-file last.ckpt and for fsdp's sharded saves (sharded.py).
+single-file last.ckpt and for fsdp's sharded saves (sharded_saves.py).
 
 A restarted (spot) job finds its checkpoint directory as SageMaker restored it from checkpoint_s3_uri. It resumes
 from last.ckpt there, or, when last.ckpt cannot be resumed from (cut short, of another model), from the newest
@@ -18,7 +18,7 @@ from typing import TypeVar
 import fsspec
 import torch
 
-from sagemaker_lightning.checkpoints import sharded
+from sagemaker_lightning.checkpoints import sharded_saves
 from sagemaker_lightning.checkpoints.io import read
 from sagemaker_lightning.failure import UserError
 from sagemaker_lightning.lines import say
@@ -134,14 +134,14 @@ class ResumePoint:
     once the ranks have joined, `choose` gives rank 0's choice; under fsdp the strategy loads rank 0's candidate (it
     broadcasts the path: sharding.FullyShardedStrategy.load_checkpoint)."""
 
-    def __init__(self, dirpath: str, model: Mapping | None, strict: bool, sharded_saves: bool, announce: bool):
-        """model: its state dict; strict: its strict_loading; sharded_saves: under fsdp; announce: on global rank 0,
+    def __init__(self, dirpath: str, model: Mapping | None, strict: bool, sharded: bool, announce: bool):
+        """model: its state dict; strict: its strict_loading; sharded: under fsdp; announce: on global rank 0,
         where a save skipped as cut short is said."""
         self.dirpath, self.model, self.strict = dirpath, model, strict
-        if sharded_saves:  # fsdp: the newest complete save in last.ckpt/, its skipped ones said once
-            self.candidate = sharded.resume_path(dirpath, announce)
+        if sharded:  # fsdp: the newest complete save in last.ckpt/, its skipped ones said once
+            self.candidate = sharded_saves.resume_path(dirpath, announce)
         else:
-            sharded.refuse_sharded(dirpath)
+            sharded_saves.refuse_sharded(dirpath)
             self.candidate = f"{dirpath.rstrip('/')}/last.ckpt" if names(dirpath) else None
         self.chosen: str | None = None
 

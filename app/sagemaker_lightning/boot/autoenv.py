@@ -1,0 +1,27 @@
+"""Runs at the start of every Python process in the image (the .pth file docker/Dockerfile puts in site-packages):
+on a SageMaker host, the launch plan's variables (plan.py) become defaults of the process's environment, so that a
+plain Lightning script — a Trainer() without num_nodes, started by the toolkit or by SDK 3.x's driver — spans the
+job unchanged: MASTER_ADDR, NODE_RANK, WORLD_SIZE, and Lightning's PL_TRAINER_NUM_NODES, PL_TRAINER_DEVICES and
+PL_TRAINER_DEFAULT_ROOT_DIR (what it writes under its default root lands in output.tar.gz). Variables already set
+stay; the runtime's LightningCLI sets its own from the resolved configuration. Off SageMaker it does nothing.
+
+    python -c "import os; print(os.environ.get('NODE_RANK'))"   # on the second host of a job: 1
+"""
+
+import os
+import socket
+
+from sagemaker_lightning.launch import plan as launch_plan
+
+
+def apply(env=os.environ) -> None:
+    if launch_plan.launcher(env) == "none":  # SageMaker only: elsewhere Lightning finds a plain script's cluster
+        return
+    try:
+        plan = launch_plan.make_plan(env, {name for _, name in socket.if_nameindex()})
+    except Exception:  # a bad environment: the runtime's CLI names it; a Python start never fails here
+        return
+    plan.apply(env, override=False)
+
+
+apply()

@@ -1,0 +1,70 @@
+"""SageMaker's hyperparameters as the trainer's arguments, read from the job's typed hyperparameters.json.
+
+Every launcher renders the same hyperparameters its own way: the training toolkit (SDK 2.x, the image's own
+entrypoint) as `--key value` with dicts as `k=v,k2=v2` and lists as Python's repr, SDK 3.x's driver as `--key <JSON>`.
+Rather than guess back from those strings, the runtime takes each value from hyperparameters.json — what the SDK
+sent, a JSON string per key (SDK 2.x's Estimator sends Python's str() instead: True, None, {'a': 1}) — and gives it
+to jsonargparse as `--key=<JSON>`. Dotted keys (`trainer.max_epochs`) and nested groups (`trainer: {max_epochs: 3}`,
+which jsonargparse merges into the group) mean the same thing. Keys starting with `sagemaker_` are SageMaker's own.
+
+    SM_INPUT_CONFIG_DIR=/opt/ml/input/config python -c "from sagemaker_lightning.launch import hyperparameters as h; import os; print(h.read(os.environ))"
+"""
+
+import ast
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from sagemaker_lightning.launch import paths
+
+FRAMEWORK_PREFIX = "sagemaker_"  # SageMaker's own parameters (sagemaker_program, sagemaker_submit_directory, ...)
+
+
+def typed(value: Any) -> Any:
+    """A hyperparameter value as the user gave it: JSON (SDK 3.x, framework estimators), else a Python literal
+    (SDK 2.x's str(): True, None, [1, 2], {'a': 1}), else the string itself."""
+    if not isinstance(value, str):
+        return value
+    try:
+        return json.loads(value)
+    except ValueError:
+        pass
+    try:
+        return ast.literal_eval(value)
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        return value
+
+
+def read(env: Mapping[str, str]) -> dict[str, Any]:
+    """The job's hyperparameters, typed, without SageMaker's own; {} where there is no hyperparameters.json."""
+    try:
+        with open(paths.hyperparameters_file(env)) as f:
+            raw = json.load(f)
+    except (OSError, ValueError):
+        return {}
+    return {k: typed(v) for k, v in raw.items() if not k.startswith(FRAMEWORK_PREFIX)}
+
+
+def argument(key: str, value: Any) -> str:
+    """`--key=value` as jsonargparse reads it: strings as they are, everything else as JSON (null, true, lists,
+    dicts), so that a string holding `=` or `,` stays a string."""
+    return f"--{key}={value if isinstance(value, str) else json.dumps(value)}"
+
+
+def merge(argv: list[str], hyperparameters: Mapping[str, Any]) -> list[str]:
+    """argv with each `--key value` pair whose key is a hyperparameter replaced by its typed value, and SageMaker's
+    own parameters left out (SDK 3.x's driver passes every key); other words (a subcommand, the user's own options)
+    stay where they are."""
+    out, skip = [], False
+    for i, word in enumerate(argv):
+        if skip:
+            skip = False
+            continue
+        key = word[2:] if word.startswith("--") else None
+        if key is not None and i + 1 < len(argv) and (key in hyperparameters or key.startswith(FRAMEWORK_PREFIX)):
+            if key in hyperparameters:
+                out.append(argument(key, hyperparameters[key]))
+            skip = True  # the launcher's rendering of the value
+        else:
+            out.append(word)
+    return out

@@ -1,0 +1,86 @@
+"""Kubeflow's training operator: a PyTorchJob (training-operator v1) or a TrainJob (Trainer v2), and any launcher that
+sets torch's own MASTER_ADDR, RANK and WORLD_SIZE for one process per pod.
+
+PET_* (torchrun's flags as variables: torchrun reads any flag from PET_<FLAG>): every PyTorchJob and TrainJob sets
+PET_NNODES, PET_NPROC_PER_NODE, PET_NODE_RANK, PET_MASTER_ADDR, PET_MASTER_PORT; an elastic PyTorchJob
+PET_RDZV_BACKEND=c10d, PET_RDZV_ENDPOINT, PET_NNODES=min:max and PET_MAX_RESTARTS. The job runs under torchrun, which
+the runtime starts with these, and `auto` processes per pod meaning the visible GPUs, or 1 on a CPU (torchrun's own
+`auto` there is the host's core count).
+
+A PyTorchJob with a Master replica also sets MASTER_ADDR=<job>-master-0, MASTER_PORT, RANK (the pod's index) and
+WORLD_SIZE: pods when nprocPerNode is "auto" (the default), pods × nprocPerNode when it is a number; before v1.7 it
+always meant pods (kubeflow/trainer #1790, PR #1840). Without PET_* that form is one process per pod.
+
+    PET_NNODES=2 PET_NPROC_PER_NODE=auto PET_NODE_RANK=1 PET_MASTER_ADDR=job-master-0 PET_MASTER_PORT=23456 \\
+        python -c "import os; from sagemaker_lightning.launch.platforms import kubeflow; print(kubeflow.pet(os.environ, 1, 'job-worker-0'))"
+"""
+
+from collections.abc import Mapping
+
+from sagemaker_lightning.failure import UserError
+from sagemaker_lightning.launch.platforms.cluster import (
+    DEFAULT_MASTER_PORT,
+    Cluster,
+    join_timeout,
+    names,
+    static_torchrun,
+    whole,
+)
+
+DEFAULT_PORT = "23456"  # the training operator's pytorchjob-port when a job names none
+ENV = "MASTER_ADDR/RANK/WORLD_SIZE"  # the platform of the bare form, as the launch line names it
+
+
+def nodes(env: Mapping[str, str]) -> int:
+    """PET_NNODES: a count, or min:max (elastic): the most hosts the job may have."""
+    raw = env.get("PET_NNODES", "")
+    parts = raw.split(":")
+    if not (1 <= len(parts) <= 2 and all(p.strip().isdigit() and int(p) > 0 for p in parts)):
+        raise UserError(
+            f"PET_NNODES={raw!r} is neither a count of pods nor min:max; the operator sets it, check the job"
+        )
+    return int(parts[-1])
+
+
+def pet(env: Mapping[str, str], wanted: int, hostname: str, **options) -> Cluster:
+    """A PyTorchJob or TrainJob: its processes are torchrun's (Cluster.torchrun: the options it is started with)."""
+    pods = nodes(env)
+    given = env.get("PET_NPROC_PER_NODE", "auto")
+    if given != "auto" and not given.isdigit():
+        raise UserError(f"PET_NPROC_PER_NODE={given!r} is neither auto nor a number; set nprocPerNode in the job")
+    per_host = wanted if given == "auto" else int(given)
+    if "WORLD_SIZE" in env:  # what the operator meant: pods, or pods × nprocPerNode (v1.7 on, with a number)
+        meant = {pods} if given == "auto" else {pods, pods * per_host}
+        if whole(env, "WORLD_SIZE", 1) not in meant:
+            raise UserError(
+                f"WORLD_SIZE={env['WORLD_SIZE']} disagrees with the job's {pods} pods × {per_host} processes each "
+                f"(PET_NNODES={env['PET_NNODES']}, PET_NPROC_PER_NODE={given}): expected "
+                f"{' or '.join(map(str, sorted(meant)))}; set the replicas and nprocPerNode together"
+            )
+    node_rank = whole(env, "PET_NODE_RANK") if "PET_NODE_RANK" in env else 0
+    endpoint = env.get("PET_RDZV_ENDPOINT", "")
+    master = endpoint.rpartition(":")[0] if endpoint else env.get("PET_MASTER_ADDR", "localhost")
+    port = endpoint.rpartition(":")[2] if endpoint else env.get("PET_MASTER_PORT", DEFAULT_PORT)
+    torchrun = [f"--nproc-per-node={per_host}"]  # torchrun reads the platform's other PET_* itself
+    if options.get("max_restarts") is not None:  # the runtime's setting wins over the job's PET_MAX_RESTARTS
+        torchrun.append(f"--max-restarts={options['max_restarts']}")
+    if env.get("PET_RDZV_BACKEND", "static") != "static" and "PET_RDZV_CONF" not in env:
+        torchrun.append(join_timeout(options))
+    hosts = names(pods, node_rank, hostname)
+    return Cluster("Kubeflow", "process", hosts, node_rank, per_host, master, port, {}, tuple(torchrun))
+
+
+def bare(env: Mapping[str, str], wanted: int, hostname: str) -> Cluster:
+    """MASTER_ADDR, RANK and WORLD_SIZE for one process per pod: WORLD_SIZE counts pods, RANK is this pod's index.
+    Several processes on a pod: torchrun starts them (static rendezvous, this pod's rank)."""
+    pods, rank = whole(env, "WORLD_SIZE", 1), whole(env, "RANK")
+    if rank >= pods:
+        raise UserError(f"RANK={rank} is not below WORLD_SIZE={pods}: each pod's RANK is its index among the pods")
+    master, port = env["MASTER_ADDR"], env.get("MASTER_PORT") or DEFAULT_MASTER_PORT
+    hosts = names(pods, rank, hostname)
+    if wanted > 1:
+        return Cluster(
+            ENV, "process", hosts, rank, wanted, master, port, {}, static_torchrun(pods, rank, master, port, wanted)
+        )
+    out = {"MASTER_PORT": port, "NODE_RANK": str(rank), "PL_TRAINER_NUM_NODES": str(pods), "PL_TRAINER_DEVICES": "1"}
+    return Cluster(ENV, "process", hosts, rank, 1, master, port, out)

@@ -1,0 +1,135 @@
+"""Every rank stops at the same step on SIGTERM, whichever host it reached first (StopTogether); how a stop reaches
+the training processes at all: signals.py. docs/reliability.md records why Lightning's own handler is replaced.
+
+    python -m pytest tests/unit/stop/test_per_step.py     # two real gloo processes, signalled at different steps and in
+                                                     # validations of different lengths
+"""
+
+import itertools
+import time
+
+import torch
+
+from sagemaker_lightning.cli import lightning_package
+
+STOP, DONE = "stop", "done"  # a validation's decision: every rank stops in it; every rank ran its last batch
+PREFIX = "sagemaker_lightning/stop/"  # the validations' keys in the job's store
+_validations = itertools.count()  # every rank runs the same validations, in each fit of the process: their number
+# names each one's keys
+
+
+class StopTogether:
+    """Every rank stops at the same step when SIGTERM reaches the hosts at different moments: Lightning's handler is
+    replaced by one that only notes the signal, and the ranks agree (any rank signalled → all stop) in one all-reduce
+    at agreed steps about AGREE_EVERY_S of training apart, and at the end of each validation. In a validation, whose
+    ranks may run different numbers of batches (an IterableDataset, a loader of the project's own), no collective
+    could pair: the job's store decides each validation once (STOP or DONE, the first written wins), and a rank
+    looks at it at every batch's end, so a stop decided before that end is seen there, however long the next batch.
+    Why, and what it costs: docs/reliability.md, "The stop agreement". A lone process stops as Lightning stops it."""
+
+    BASE = "callbacks.Callback"
+    AGREE_EVERY_S = 0.25  # seconds of training steps from one agreement to the next: a stop's delay at most
+    MOST_STEPS = 100  # between two agreements: a pace that drops after one (a data stall) delays a stop so many steps
+    # A validating rank looks at the store at every batch's end: one round trip, 17 us on loopback (TCPStore.check,
+    # torch 2.14.1, 2 EPYC cores). Looking at most every 0.25 s let a stop decided just before a batch's end wait for
+    # the whole next batch: one that outlasted the grace lost the signalled peer to SIGKILL.
+    MOST_WAIT_S = 0.25  # at most between a waiting rank's looks
+    FIRST_WAIT_S = 0.001  # a waiting rank looks again after this, then after twice as long each time: it waits for
+    # its peers at most about as long again
+    clock = staticmethod(time.monotonic)
+
+    def setup(self, trainer, pl_module, stage):
+        self.pending = None  # a lone process: Lightning's own handler, which has no peer to pair with
+        if trainer.world_size == 1:
+            return
+        self.pending = False
+        self.every, self.countdown, self.since = 1, 1, None  # the first step agrees, and times the next ones
+
+        def note(signum, frame):
+            if not self.pending:  # Lightning's process launcher's children get it too, as in Lightning's own
+                self.pending = True
+                if trainer.strategy.launcher is not None:
+                    trainer.strategy.launcher.kill(signum)
+
+        trainer._signal_connector._sigterm_notifier_fn = note  # read when fit() registers its handlers, after setup
+        stopped = lightning_package.attribute(self.pl, "utilities.exceptions.SIGTERMException")
+
+        def before_step():  # in place of Lightning's: every rank runs it at the start of each training step
+            self.countdown -= 1
+            if self.countdown > 0:
+                return
+            now = self.clock()
+            # this rank's proposal: the steps that take AGREE_EVERY_S at its pace since the last agreement
+            proposal = 1 if self.since is None else int(self.AGREE_EVERY_S * self.every / max(now - self.since, 1e-6))
+            self.since = now
+            self.every = self.agree(trainer, min(max(proposal, 1), self.MOST_STEPS))
+            if trainer._signal_connector.received_sigterm:
+                raise stopped
+            self.countdown = self.every
+
+        trainer.fit_loop.epoch_loop._broadcast_sigterm_tensor = before_step
+
+    def agree(self, trainer, proposal: int = 1) -> int:
+        """Whether any rank has been signalled, as Lightning's received_sigterm on every rank; every rank must call it
+        at the same point. Returns the mean of the ranks' `proposal`s, the same number on every rank."""
+        connector = trainer._signal_connector
+        if self.pending is None or connector.received_sigterm:
+            return proposal
+        # one all-reduce, as Lightning's broadcast (reduce_boolean_decision adds a barrier before it); SUM, which
+        # SMDDP takes too
+        sums = torch.tensor([int(self.pending), proposal], device=trainer.strategy.root_device)
+        torch.distributed.all_reduce(sums, torch.distributed.ReduceOp.SUM)
+        signalled, proposals = sums.tolist()
+        connector.received_sigterm = signalled > 0
+        return max(proposals // trainer.world_size, 1)
+
+    def on_validation_start(self, trainer, pl_module):
+        if self.pending is not None:
+            self.key, self.arrived = f"{PREFIX}{next(_validations)}", False
+            self.store = torch.distributed.distributed_c10d._get_default_store()  # torch's own: its rendezvous's
+
+    def on_validation_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0):
+        if self.pending is None:
+            return
+        if trainer._evaluation_loop.batch_progress.is_last_batch:
+            self._arrive(trainer)
+            return
+        # the first signalled rank decides STOP; a DONE (every rank past its last batch) comes too late for it
+        said = self.store.compare_set(self.key, "", STOP) if self.pending else self._said()
+        # Lightning's evaluation loop stops after this batch once received_sigterm is set
+        trainer._signal_connector.received_sigterm |= said == STOP.encode()
+
+    def on_validation_epoch_end(self, trainer, pl_module):
+        if self.pending is not None and not self.arrived:  # a step that takes the loader's iterator: no last batch
+            self._arrive(trainer)
+
+    def on_validation_end(self, trainer, pl_module):
+        self.agree(trainer)  # DONE: every rank is here; a signal since is agreed on at once
+
+    def _said(self) -> bytes:
+        return self.store.get(self.key) if self.store.check([self.key]) else b""
+
+    def _arrive(self, trainer) -> None:
+        """This rank ran its validation's last batch: it waits until every rank has (DONE) or a rank is signalled
+        (STOP: then every rank stops in the validation, this one here, where a peer still validating stops too, after
+        its batch); a peer that never arrives, for the store's timeout (then DONE: the next collective names it)."""
+        self.arrived, wait = True, self.FIRST_WAIT_S
+        if self.store.add(self.key + "/arrived", 1) == trainer.world_size:
+            self.store.compare_set(self.key, "", DONE)
+        deadline = self.clock() + self.store.timeout.total_seconds()
+        while not self.store.check([self.key]):
+            if self.pending or self.clock() > deadline:
+                self.store.compare_set(self.key, "", STOP if self.pending else DONE)
+            else:
+                time.sleep(wait)
+                wait = min(2 * wait, self.MOST_WAIT_S)
+        if self.store.get(self.key) == STOP.encode():
+            trainer._signal_connector.received_sigterm = True
+            raise lightning_package.attribute(
+                self.pl, "utilities.exceptions.SIGTERMException"
+            )  # Lightning's own stops not here
+
+
+def callbacks(pl, plan) -> list:
+    """StopTogether, in a job (elsewhere a stop is Lightning's own)."""
+    return [lightning_package.made(StopTogether, pl)()] if plan.in_job else []

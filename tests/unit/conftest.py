@@ -1,0 +1,20 @@
+"""Fixtures of the unit tier: a gloo process group of one process, as FSDP2 needs one to shard (parallel/test_fsdp.py,
+checkpoints/test_checkpoint_trust.py)."""
+
+import os
+
+import pytest
+import torch.distributed as dist
+from torch.distributed.device_mesh import init_device_mesh
+
+
+@pytest.fixture
+def one_process(free_port):
+    """A gloo process group of one process, as FSDP2 needs one to shard (an in-process fit may have left one)."""
+    mine = not dist.is_initialized()
+    if mine:
+        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
+        dist.init_process_group("gloo", rank=0, world_size=1)
+    yield init_device_mesh("cpu", (1,))
+    if mine:
+        dist.destroy_process_group()

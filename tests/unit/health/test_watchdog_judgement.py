@@ -1,0 +1,356 @@
+"""The watchdog's judgement, one heartbeat at a time: its clocks moved by the test (no real waiting), the job's store a
+real TCPStore in this process, each rank's flight recorder given. The derived timeout, the trigger with and without
+the flight recorder, a busy rank, the first line written, the stuck rank's own ending, a store that does not answer.
+
+    .venv/bin/pytest tests/unit/health/test_watchdog_judgement.py
+"""
+
+import threading
+from types import SimpleNamespace
+
+import pytest
+import torch.distributed as dist
+
+from sagemaker_lightning import failure
+from sagemaker_lightning.health import heartbeats, watchdog
+
+pytestmark = pytest.mark.unit
+
+DIST_S = 1800.0  # dist_timeout
+LIMIT = 100.0  # the training_timeout given, where the derived one is not the point
+KEY = bytes(range(32))  # the key the ranks agreed on
+STALE_S = heartbeats.STALE_PERIODS * heartbeats.PERIOD_S  # a heartbeat, or the store, silent this long: stopped
+
+
+class Ended(Exception):
+    """A watchdog's exit: its process ends here, with `line`."""
+
+    def __init__(self, rank: int, line: str):
+        super().__init__(rank, line)
+        self.rank, self.line = rank, line
+
+
+class Job:
+    """Ranks of one job in this process: each a Watchdog on the shared clocks, its store calls to the job's store."""
+
+    def __init__(self, store):
+        self.store, self.port = store, store.port
+        self.mono, self.wall = 100.0, 1_000_000.0  # the monotonic clock, and the hosts' (seconds)
+        self.reported: list[str] = []
+
+    def advance(self, seconds: float) -> None:
+        self.mono += seconds
+        self.wall += seconds
+
+    def entry(self, seq: int, age_s: float, retired: bool) -> dict:
+        """A flight recorder entry (torch 2.14's _dump_fr_trace_json, the keys read) entered `age_s` ago."""
+        created = int((self.wall - age_s) * 1e9)
+        return {
+            "collective_seq_id": seq,
+            "profiling_name": "gloo:all_reduce",
+            "process_group": ["0", "default_pg"],
+            "retired": retired,
+            "time_created_ns": created,
+        }
+
+    def rank(self, rank: int, entries: list | None = None, given: float | None = LIMIT, world: int = 2):
+        """Rank `rank`'s watchdog, its main thread's last progress now; `entries`: its flight recorder's (a list the
+        test may change), None: no flight recorder."""
+        wd = watchdog.Watchdog(given, DIST_S, f"algo-{rank + 1}", None)
+        wd.clock, wd.wall, wd.pause = (lambda: self.mono), (lambda: self.wall), self.advance
+        wd.recorder = lambda: {"entries": list(entries)} if entries is not None else {}
+        wd.begin(rank, world, 5, KEY)
+        wd.link = heartbeats.Link(heartbeats.connect, wait_s=60)  # this store answers: a connect can take 5 s
+        wd.thread = threading.current_thread()  # the hooks time steps while the thread runs
+
+        def exit(code):
+            raise Ended(rank, self.reported[-1])
+
+        wd.exit = exit
+        return wd
+
+
+def started(monkeypatch) -> Job:
+    """A job's store (the process of rank 0 holds it), its address in the environment; the failure lines kept."""
+    store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", str(store.port))
+    made = Job(store)
+    monkeypatch.setattr(failure, "report", made.reported.append)
+    return made
+
+
+@pytest.fixture
+def job(monkeypatch):
+    return started(monkeypatch)
+
+
+def steps(wd, *numbers: int) -> None:
+    """Rank `wd`'s training steps `numbers` start and end (in this process: its busy mark too)."""
+    for n in numbers:
+        wd.on_train_batch_start(None, None, None, n)
+        wd.on_train_batch_end(SimpleNamespace(global_step=n + 1), None, None, None, n)
+
+
+@pytest.mark.parametrize("step_s", [1.0, 20.0])
+def test_the_derived_timeout_is_ten_median_steps_and_at_least_the_floor(job, step_s):
+    """No training_timeout given: TIMES_MEDIAN median steps, at least FLOOR_S, from the first step timed on (the
+    interval up to the first batch and the first step itself are not timed: watchdog.UNTIMED)."""
+    wd = job.rank(1, given=None)
+    job.advance(600)  # the loader's start: not a measure of the steps
+    steps(wd, 0)
+    job.advance(600)  # a first step that compiles: neither
+    for batch in range(1, 4):
+        steps(wd, batch)
+        job.advance(step_s)
+    wd.on_train_batch_start(None, None, None, 4)
+    limit = max(watchdog.FLOOR_S, watchdog.TIMES_MEDIAN * step_s)  # 120 s, 200 s
+    job.advance(limit - 1)
+    wd.tick()  # just within it
+    job.advance(2)
+    with pytest.raises(Ended) as ended:
+        wd.tick()
+    assert f"within the training timeout of {limit:g} s (training_timeout) on rank 1 (algo-2" in ended.value.line
+
+
+def test_a_hang_in_the_first_steps_ends_after_the_floor_and_a_first_step_that_compiles_is_none(job):
+    """Defaults (no training_timeout): rank 0's first step compiles for three floors while rank 1 waits for it in
+    the first all-reduce: no hang (rank 0's busy mark). Rank 0 then freezes (SIGSTOP: no heartbeat) at the start of
+    step 2: rank 1 ends after the floor, not dist_timeout, naming rank 0. (Both ranks share this process's busy mark:
+    each rank's tick runs with its own.)"""
+    entries: list = []
+    zero, one = job.rank(0, entries=[], given=None), job.rank(1, entries=entries, given=None)
+    steps(one, 0)  # rank 1's first step is done; it waits in the all-reduce of rank 0's first step
+    entries.append(job.entry(1, 0, retired=False))
+    zero.on_train_batch_start(None, None, None, 0)
+    assert watchdog._busy == watchdog.FIRST_STEP
+    for _ in range(int(3 * watchdog.FLOOR_S / heartbeats.PERIOD_S)):
+        job.advance(heartbeats.PERIOD_S)
+        watchdog._busy = watchdog.FIRST_STEP
+        zero.tick()
+        watchdog._busy = None
+        one.tick()  # no line: rank 0 is busy
+    entries[-1]["retired"] = True  # rank 0's first step ends; a second one, quick, on both
+    watchdog._busy = watchdog.FIRST_STEP
+    zero.on_train_batch_end(SimpleNamespace(global_step=1), None, None, None, 0)
+    assert watchdog._busy is None
+    steps(zero, 1)
+    steps(one, 1)
+    job.advance(1.0)
+    zero.on_train_batch_start(None, None, None, 2)
+    one.on_train_batch_start(None, None, None, 2)
+    zero.tick()  # rank 0's last heartbeat: SIGSTOP
+    entries.append(job.entry(2, 0, retired=False))  # rank 1 waits in step 2's all-reduce
+    ticks = 0
+    with pytest.raises(Ended) as ended:
+        while ticks < (watchdog.FLOOR_S + 30) / heartbeats.PERIOD_S:
+            job.advance(heartbeats.PERIOD_S)
+            ticks += 1
+            one.tick()
+    assert f"within the training timeout of {watchdog.FLOOR_S:g} s (training_timeout) on rank 1" in ended.value.line
+    assert "rank 0 on algo-1 did not arrive: no heartbeat" in ended.value.line, ended.value.line
+    assert watchdog.FLOOR_S <= ticks * heartbeats.PERIOD_S <= watchdog.FLOOR_S + 2 * heartbeats.PERIOD_S
+
+
+def test_without_the_flight_recorder_a_main_thread_without_progress_is_the_trigger(job):
+    wd = job.rank(1)
+    job.advance(LIMIT - 1)
+    wd.tick()
+    job.advance(2)
+    with pytest.raises(Ended) as ended:
+        wd.tick()
+    assert ended.value.line.startswith("a collective (torch's flight recorder is off: TORCH_FR_BUFFER_SIZE) did not")
+    assert ended.value.line.endswith("rank 0 on ? did not arrive: no heartbeat at all (it never reached training)")
+
+
+def test_with_the_flight_recorder_the_oldest_unfinished_collective_is_the_trigger(job):
+    """A main thread without progress but in no collective (a rank stuck in Python) is named by its peers, whose
+    collective waits for it, not by itself."""
+    entries = [job.entry(6, 0, retired=True)]
+    wd = job.rank(1, entries)
+    job.advance(10 * LIMIT)
+    wd.tick()
+    entries.append(job.entry(7, LIMIT - 1, retired=False))
+    wd.tick()
+    job.advance(2)
+    with pytest.raises(Ended) as ended:
+        wd.tick()
+    assert ended.value.line.startswith("gloo:all_reduce #7 of process group default_pg did not finish within")
+
+
+def test_a_rank_writing_a_checkpoint_is_no_hang_without_the_flight_recorder(job):
+    """Its own main thread makes no progress while it writes: it judges nothing until a timeout after the write."""
+    wd = job.rank(0)
+    with watchdog.busy("writing last.ckpt"):
+        job.advance(10 * LIMIT)
+        wd.tick()
+    job.advance(LIMIT - 1)
+    wd.tick()  # the write ended a moment ago: the wait is judged from there
+    job.advance(2)
+    with pytest.raises(Ended):
+        wd.tick()
+
+
+@pytest.mark.parametrize("recorder", [False, True])
+def test_a_peer_writing_a_checkpoint_is_no_hang(job, recorder):
+    """Rank 1 waits for rank 0, which writes last.ckpt and beats: no hang during the write, nor a timeout after it
+    (rank 1's collective finishes just after the write; a heartbeat period may pass before it shows)."""
+    entries = [job.entry(7, 0, retired=False)] if recorder else None
+    writer, waiter = job.rank(0, [job.entry(6, 0, retired=True)]), job.rank(1, entries)
+    job.advance(LIMIT + 1)
+    for _ in range(5):
+        with watchdog.busy("writing last.ckpt"):  # the mark is the process's: rank 0's only here
+            writer.tick()
+        waiter.tick()  # past the timeout: it reads rank 0's busy mark
+        job.advance(watchdog.PERIOD_S)
+    writer.tick()
+    job.advance(LIMIT - 1 - 5 * watchdog.PERIOD_S)
+    writer.tick()
+    waiter.tick()
+    job.advance(5 * watchdog.PERIOD_S + 2)
+    writer.tick()
+    with pytest.raises(Ended) as ended:  # still waiting a timeout after the write: a hang
+        waiter.tick()
+    assert "rank 0 on algo-1" in ended.value.line
+
+
+def test_a_busy_peer_whose_heartbeat_stopped_is_a_hang(job):
+    """A rank that was writing and then stopped (SIGSTOP, a frozen host) does not hold the judgement off."""
+    writer, waiter = job.rank(0, [job.entry(6, 0, retired=True)]), job.rank(1)
+    with watchdog.busy("writing last.ckpt"):
+        writer.tick()
+    job.advance(LIMIT + 1)
+    with pytest.raises(Ended) as ended:
+        waiter.tick()
+    assert f"rank 0 on algo-1 did not arrive: no heartbeat for {LIMIT + 1:.0f} s at step 5" in ended.value.line
+
+
+def test_the_first_line_written_wins(job):
+    first, second = job.rank(1), job.rank(0)
+    assert first.claim("rank 1's line") == "rank 1's line"
+    assert second.claim("rank 0's line") == "rank 1's line"
+
+
+def test_every_rank_ends_with_the_first_line_the_stuck_one_too(job):
+    """Rank 1 judges first; rank 0 then reads its line and ends with it: rank 0 waits in no collective (it is stuck
+    in Python: its flight recorder holds finished ones only), so only the line can end it."""
+    stuck, judging = job.rank(0, [job.entry(6, 0, retired=True)]), job.rank(1)
+    job.advance(LIMIT + 1)
+    with pytest.raises(Ended) as ended:
+        judging.tick()
+    with pytest.raises(Ended) as read:
+        stuck.tick()
+    assert read.value.line == ended.value.line
+    assert "on rank 1 (algo-2" in read.value.line
+
+
+def test_rank_0_keeps_the_store_up_until_the_stuck_rank_has_read_the_line(job):
+    """Rank 0's process holds the store: it ends once each peer that still beats has read the line (its heartbeat
+    says so), not after a fixed sleep that a slow reader could outlast."""
+    judging, stuck = job.rank(0), job.rank(1, [job.entry(6, 0, retired=True)])
+    job.advance(LIMIT + 1)
+    stuck.tick()  # beats: rank 0 waits for it
+    read, paused = [], []
+
+    def pause(seconds):  # while rank 0 waits, time passes and rank 1 beats
+        paused.append(seconds)
+        job.advance(seconds)
+        try:
+            stuck.tick()
+        except Ended as e:
+            read.append(e.line)
+
+    judging.pause = pause
+    with pytest.raises(Ended) as ended:
+        judging.tick()
+    assert read == [ended.value.line]
+    assert len(paused) == 1  # it ended once rank 1 had read the line, not at its bound
+
+
+def test_rank_0_waits_a_bounded_time_for_a_peer_that_never_reads_the_line(job):
+    judging, silent = job.rank(0), job.rank(1, [job.entry(6, 0, retired=True)])
+    job.advance(LIMIT + 1)
+    silent.tick()  # it beats once, then its watchdog thread never runs again (its heartbeat is fresh for a while)
+    paused = []
+    judging.pause = lambda seconds: paused.append(seconds) or job.advance(seconds)
+    with pytest.raises(Ended):
+        judging.tick()
+    assert watchdog.READ_PERIODS * watchdog.PERIOD_S <= sum(paused) <= (watchdog.READ_PERIODS + 1) * watchdog.PERIOD_S
+
+
+@pytest.fixture
+def silent_store():
+    """A Link whose store never answers (a stopped process of rank 0: TCPStore's client waits without a timeout);
+    the connections it tried."""
+    gate, tried = threading.Event(), []
+
+    def connect(wait_s):
+        tried.append(wait_s)
+        gate.wait()
+        raise ConnectionError("released")
+
+    yield heartbeats.Link(connect, wait_s=0.05), tried
+    gate.set()
+
+
+def test_a_store_that_does_not_answer_holds_nothing_and_is_named_past_the_timeout(job, silent_store):
+    """The thread goes on beating (nothing waits longer than the Link's wait, one call at most waits on the store);
+    past the timeout, the line says the store does not answer, where it is, and what it means."""
+    wd = job.rank(1)
+    wd.link, tried = silent_store
+    job.advance(STALE_S + 1)
+    wd.tick()
+    job.advance(LIMIT - STALE_S - 2)
+    wd.tick()
+    assert len(tried) == 1  # the second beat did not start a call behind the first
+    job.advance(2)
+    with pytest.raises(Ended) as ended:
+        wd.tick()
+    assert ended.value.line == (
+        "a step (the main thread made no progress) did not finish within the training timeout of 100 s "
+        f"(training_timeout) on rank 1 (algo-2), and the job's store at 127.0.0.1:{job.port} does not answer (an "
+        "earlier call still waits for its answer): the process of rank 0 there is stopped or its host is gone"
+    )
+
+
+def test_a_store_that_misses_a_beat_is_not_blamed(job, silent_store):
+    """One call without an answer (TCPStore's client sometimes takes 5 s to connect) is not a silent store: as long
+    as a peer's heartbeat, before the line blames it."""
+    stuck = job.rank(1, [job.entry(6, 0, retired=True)])  # stuck past the timeout, in no collective
+    job.advance(LIMIT + 1)
+    stuck.tick()  # the store answers
+    stuck.link, _ = silent_store
+    stuck.tick()
+    job.advance(STALE_S - 1)
+    stuck.tick()
+    job.advance(2)
+    with pytest.raises(Ended) as ended:
+        stuck.tick()
+    assert "does not answer" in ended.value.line
+
+
+def test_a_stuck_rank_that_can_no_longer_read_the_line_ends_on_its_own(job, silent_store):
+    """Rank 0 ended (its store with it) before the stuck rank read the line: stuck past the timeout, it ends."""
+    stuck = job.rank(1, [job.entry(6, 0, retired=True)])
+    stuck.link, _ = silent_store
+    job.advance(LIMIT + 1)
+    with pytest.raises(Ended) as ended:
+        stuck.tick()
+    assert "does not answer" in ended.value.line
+
+
+def test_a_silent_store_ends_no_rank_that_writes_a_checkpoint(job, silent_store):
+    wd = job.rank(0)
+    wd.link, _ = silent_store
+    job.advance(LIMIT + 1)
+    with watchdog.busy("writing last.ckpt"):
+        wd.tick()
+
+
+def test_a_ranks_first_heartbeat_is_written_as_its_thread_starts(job):
+    """Not a period later: a rank frozen within its first period of training (fast first steps) had no heartbeat, and
+    was named as a rank that never reached training, its host "?" (tests/container/test_reliability.py's frozen host)."""
+    wd = job.rank(1)
+    wd.stopping.set()  # the thread ends at its first wait
+    wd._run()
+    assert job.store.check([heartbeats.stored("1")])
