@@ -1,7 +1,7 @@
 """Run the same finished job again and again and count how its processes exit: a job that trained and exported must
 exit 0 on every host, every time. Made for the two-host fsdp job on CPUs (gloo), which once in three CI runs aborted
 at exit after its export (`terminate called without an active exception`, exit -6) before the runtime destroyed its
-process groups itself (lifecycle.leave_process_group). Not a test: it takes minutes (about 13 s a run on 2 cores).
+process groups itself (stop/process.leave_process_group). Not a test: it takes minutes (about 13 s a run on 2 cores).
 
     .venv/bin/python scripts/soak_exit.py --runs 20           # two hosts, trainer.strategy=fsdp (the toolkit tier's)
     .venv/bin/python scripts/soak_exit.py --runs 5 --strategy ddp

@@ -19,8 +19,7 @@ import numpy as np
 import torch
 
 from data import MEAN, PAD, SIZE, STD, CIFAR10Base, crop_and_flip
-from sagemaker_lightning import UserError
-from sagemaker_lightning.data.streaming import allow_plain_http, check_source
+from sagemaker_lightning import UserError, check_source
 
 SPLITS = {"train": "train", "test": "test"}  # split → the folder under data_dir that upload_data.py writes
 
@@ -67,7 +66,6 @@ class StreamingCIFAR10DataModule(CIFAR10Base):
         from litdata import StreamingDataset  # made here: litdata reads the processes' ranks when a dataset is made
 
         check_source(split_url(self.data_dir, split))  # one line for a prefix with no optimized dataset, or unreadable
-        allow_plain_http(None)  # an S3-compatible store at an http:// endpoint (the runtime does it too on SageMaker)
         train = split == "train"
         augment = Augment(self.seed, train)
         dataset = StreamingDataset(split_url(self.data_dir, split), shuffle=train, seed=self.seed, transform=augment)

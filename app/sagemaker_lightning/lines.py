@@ -41,10 +41,16 @@ def progress(
     epoch: int, step: int, total, loss: float | None, per_s: float, eta, spread: str, counted: str = "images"
 ) -> str:
     """A training progress line; `loss`: None leaves train/loss out (a step that returned none); `counted`: what
-    `per_s` counts, "images" or "batches" (a batch with no tensor); `spread`: the hosts' words (stragglers.words), ''
-    without them."""
+    `per_s` counts, "images" or "batches" (a batch with no tensor); `spread`: the hosts' words (spread), '' without
+    them."""
     shown = f"train/loss={loss:.4f} " if loss is not None else ""
     return f"epoch {epoch} step {step}/{total}: {shown}{counted}/s={per_s:.1f} eta={eta}{spread}"
+
+
+def spread(found: tuple[str, float] | None) -> str:
+    """The progress line's words on the hosts' spread: the slowest host and its time per step over the median host's
+    (stragglers.spread), '' without one."""
+    return f" hosts: slowest {found[0]} {found[1]:.2f}x the median" if found else ""
 
 
 def validation(epoch: int, step: int, metrics: dict[str, float]) -> str:

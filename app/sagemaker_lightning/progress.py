@@ -1,6 +1,6 @@
 """What a trainer says while it trains: who-is-who at the start, plain progress and validation lines (their formats
 and the metric definitions that read them: lines.py), and the weights each rank ends with. Each is a mixin made into
-a Callback of the project's Lightning package (flavor.made).
+a Callback of the project's Lightning package (lightning_package.made).
 
     python app/example/train.py ... | cat          # no terminal: progress lines (first step, every 30 s, every log_every_n_steps)
 """
@@ -16,6 +16,7 @@ import torch
 from torch.distributed.tensor import DTensor
 
 from sagemaker_lightning import lines
+from sagemaker_lightning.cli.concern import Context, Part
 from sagemaker_lightning.cli.lightning_package import made
 from sagemaker_lightning.lines import say
 
@@ -44,6 +45,15 @@ def batch_size(batch) -> int | None:
     elif not isinstance(batch, list | tuple):
         return None
     return next((n for n in map(batch_size, batch) if n is not None), None)
+
+
+def rate(batch, world_size: int, steps: int, seconds: float) -> tuple[str, float]:
+    """What the training counts per second, and how many: "images" (each batch's first dimension, the same on every
+    rank: full batches only) or "batches" where a batch has no tensor, over `steps` steps of `seconds` (a coarse
+    clock may not move in a step)."""
+    size = batch_size(batch)
+    counted, size = ("images", size) if size is not None else ("batches", 1)
+    return counted, size * world_size * steps / max(seconds, 1e-9)
 
 
 def loss(outputs) -> float | None:
@@ -87,9 +97,9 @@ class LogLines:
 
     BASE = "callbacks.Callback"
 
-    def __init__(self, every_s: float = 30.0, clock=time.monotonic, hosts=None):
-        """hosts: where the line's words on the hosts' spread are (watchdog.Watchdog's `spread`), if anywhere."""
-        self.every_s, self.clock, self.hosts = every_s, clock, hosts
+    def __init__(self, every_s: float = 30.0, clock=time.monotonic, status=None):
+        """status: the process's (health/status.py), whose `spread` the watchdog writes, if anywhere."""
+        self.every_s, self.clock, self.status = every_s, clock, status
 
     def on_train_start(self, trainer, pl_module):
         self._since = (self.clock(), trainer.global_step)
@@ -105,27 +115,18 @@ class LogLines:
             return
         self._since = (now, step)
         seconds_per_step = max(now - then, 1e-9) / (step - then_step)  # a coarse clock may not move in a step
-        size = batch_size(batch)
-        counted, size = ("images", size) if size is not None else ("batches", 1)
-        per_step = size * trainer.world_size  # every rank's batch has this size (full batches only)
+        counted, per_s = rate(batch, trainer.world_size, step - then_step, now - then)
         total = trainer.estimated_stepping_batches
         eta = datetime.timedelta(seconds=round((total - step) * seconds_per_step)) if total != float("inf") else "?"
-        spread = self.hosts.spread if self.hosts else ""
-        epoch, rate = trainer.current_epoch, per_step / seconds_per_step
-        say(lines.progress(epoch, step, total, loss(outputs), rate, eta, spread, counted))
+        spread = self.status.spread if self.status else ""
+        say(lines.progress(trainer.current_epoch, step, total, loss(outputs), per_s, eta, spread, counted))
 
 
-def callbacks(pl, plan, hosts=None) -> list:
-    """RankReport and LogLines, in a job; `hosts`: where the progress line's words on the hosts' spread are (the
-    watchdog)."""
-    if not plan.in_job:
-        return []
-    return [made(RankReport, pl)(plan.host), made(LogLines, pl)(hosts=hosts)]
-
-
-def arguments(plan, trainer: dict) -> dict:
-    """On SageMaker, no progress bar where stdout is not a terminal (carriage returns make a mess of log files) unless
-    the project asks for one: the progress lines take its place."""
-    if not plan.in_job or trainer.get("enable_progress_bar") is not None:
-        return {}
-    return {"enable_progress_bar": sys.stdout.isatty()}
+def concern(ctx: Context) -> Part:
+    """In a job: RankReport and LogLines (the hosts' spread from the process's Status), and no progress bar where
+    stdout is not a terminal (carriage returns make a mess of log files) unless the project asks for one."""
+    if not ctx.plan.in_job:
+        return Part()
+    bar = {} if ctx.trainer.get("enable_progress_bar") is not None else {"enable_progress_bar": sys.stdout.isatty()}
+    lines = [made(RankReport, ctx.pl)(ctx.plan.host), made(LogLines, ctx.pl)(status=ctx.status)]
+    return Part(callbacks=lines, arguments=bar)

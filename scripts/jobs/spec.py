@@ -21,7 +21,7 @@ from sagemaker_lightning import lines
 from sagemaker_lightning.failure import UserError
 from sagemaker_lightning.launch import paths
 from sagemaker_lightning.lines import METRICS  # the runtime's lines, read into CloudWatch metrics
-from sagemaker_lightning.tracking import tracker
+from sagemaker_lightning.tracking.uri import check_uri
 
 LOCAL_ROLE = "arn:aws:iam::111111111111:role/service-role/LocalModeRole"  # local mode needs a role ARN, checks none
 # the container's checkpoint directory: SageMaker syncs it with checkpoint_s3_uri; the runtime's plan makes it the
@@ -183,7 +183,7 @@ def make_job(args: argparse.Namespace, installed: str | None = None) -> Job:
     env.update(key_values(args.env, "NCCL_DEBUG=INFO"))
     if args.mlflow:
         try:
-            env["MLFLOW_TRACKING_URI"] = tracker.check_uri(args.mlflow)
+            env["MLFLOW_TRACKING_URI"] = check_uri(args.mlflow)
         except UserError as e:
             raise SystemExit(f"error: --mlflow: {e}") from None
         if args.network_isolation:

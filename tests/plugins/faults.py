@@ -62,7 +62,7 @@ class KillWhenTracked(pl.Callback):
             return
         from mlflow.tracking import MlflowClient
 
-        from sagemaker_lightning.tracking.tracker import read_record
+        from sagemaker_lightning.tracking.record import read_record
 
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
@@ -83,7 +83,7 @@ class KillProcess(pl.Callback):
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
         if trainer.is_global_zero and trainer.global_step == self.step:
-            from sagemaker_lightning.tracking.tracker import read_record
+            from sagemaker_lightning.tracking.record import read_record
 
             deadline = time.monotonic() + 60  # once the job's run is open: what it held is read afterwards
             while not read_record(trainer.checkpoint_callback.dirpath) and time.monotonic() < deadline:

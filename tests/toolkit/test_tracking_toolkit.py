@@ -1,4 +1,4 @@
-"""Experiment tracking in MLflow (tracking.py, run.py): real jobs (the toolkit's `train` on a temporary
+"""Experiment tracking in MLflow (tracking/): real jobs (the toolkit's `train` on a temporary
 /opt/ml) against a real `mlflow server` (sqlite, local artifacts) on 127.0.0.1, MLFLOW_TRACKING_URI in the job's
 environment as an Estimator's `environment` puts it there. One chain of restarts serves most assertions: a SIGKILL
 mid-epoch after the run holds steps the checkpoint does not, a restart, a SIGTERM, a restart.
@@ -12,7 +12,7 @@ import re
 
 import pytest
 
-from sagemaker_lightning.tracking.mlflow_run import connect
+from sagemaker_lightning.tracking.mlflow_client import connect
 
 pytestmark = pytest.mark.toolkit
 

@@ -1,6 +1,6 @@
-"""The start-up path imports no torch: PID 1 (entrypoint, ssh, the stop registry), the start-up hook every Python
-process of the image runs (autoenv), the launch plan, hyperparameters, the paths, the instance table, the failure
-tables and the log lines. Each is imported in a fresh interpreter where torch and Lightning cannot be imported at all,
+"""The start-up path imports no torch: every module of boot/ (PID 1, the start-up hook every Python process of the
+image runs) and launch/ (the launch plan, the platforms, hyperparameters, the paths, the instance table), the failure
+table and the log lines, and the other modules named below. Each is imported in a fresh interpreter where torch and Lightning cannot be imported at all,
 and the hook is run on a SageMaker host's environment."""
 
 import os
@@ -12,30 +12,34 @@ import pytest
 
 pytestmark = pytest.mark.unit
 
+PACKAGE = os.path.join(
+    os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "app", "sagemaker_lightning"
+)
+WHOLE = ("boot", "launch")  # the rooms of PID 1, the start-up hook and the launch plan: every module of theirs
 LIGHT = (
     "sagemaker_lightning",
-    "sagemaker_lightning.boot.entrypoint",
-    "sagemaker_lightning.boot.ssh",
-    "sagemaker_lightning.boot.signals",
-    "sagemaker_lightning.boot.autoenv",
-    "sagemaker_lightning.launch.plan",
-    "sagemaker_lightning.launch.platforms",
-    "sagemaker_lightning.launch.platforms.kubeflow",
-    "sagemaker_lightning.launch.platforms.slurm",
-    "sagemaker_lightning.stop.restarts",
-    "sagemaker_lightning.launch.network",
-    "sagemaker_lightning.launch.hyperparameters",
-    "sagemaker_lightning.launch.paths",
-    "sagemaker_lightning.boot.warmpool",
-    "sagemaker_lightning.boot.toolkit",
-    "sagemaker_lightning.launch.instances",
-    "sagemaker_lightning.health.efa",
+    *sorted(
+        "sagemaker_lightning."
+        + os.path.relpath(os.path.join(folder, name), PACKAGE)[:-3].replace(os.sep, ".").removesuffix(".__init__")
+        for room in WHOLE
+        for folder, _, names in os.walk(os.path.join(PACKAGE, room))
+        for name in names
+        if name.endswith(".py")
+    ),
     "sagemaker_lightning.failure",
     "sagemaker_lightning.lines",
     "sagemaker_lightning.cli.lightning_package",
     "sagemaker_lightning.cli.quiet",
-    "sagemaker_lightning.tracking.tracker",  # its URI check runs in scripts/run_sagemaker.py too, where no torch is
+    "sagemaker_lightning.cli.concern",  # the concerns' shape: no torch until a concern's own module
+    "sagemaker_lightning.health.efa",
+    "sagemaker_lightning.health.status",
+    "sagemaker_lightning.stop.restarts",
+    "sagemaker_lightning.checkpoints.location",
+    "sagemaker_lightning.tracking.uri",  # its URI check runs in scripts/run_sagemaker.py too, where no torch is
+    "sagemaker_lightning.tracking.record",
+    "sagemaker_lightning.tracking.mlflow_client",
     "sagemaker_lightning.tracking.mlflow_run",
+    "sagemaker_lightning.tracking.tracker",
 )
 HEAVY = ("torch", "lightning", "pytorch_lightning", "lightning_fabric", "numpy")  # none of them on the start-up path
 

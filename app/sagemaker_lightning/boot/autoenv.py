@@ -12,10 +12,11 @@ import os
 import socket
 
 from sagemaker_lightning.launch import plan as launch_plan
+from sagemaker_lightning.launch.platforms import sagemaker
 
 
 def apply(env=os.environ) -> None:
-    if launch_plan.launcher(env) == "none":  # SageMaker only: elsewhere Lightning finds a plain script's cluster
+    if not sagemaker.started(env):  # SageMaker only: elsewhere Lightning finds a plain script's cluster
         return
     try:
         plan = launch_plan.make_plan(env, {name for _, name in socket.if_nameindex()})

@@ -5,7 +5,7 @@ is written, and not to DataLoader workers, which die of it. A registration names
 goes when the process exits; one whose process is gone (SIGKILLed) is dropped when read: a reused PID is never
 signalled, nor waited for. Where PID 1 is something else (SDK 3.x's driver runs `bash sm_train.sh` as PID 1,
 which ignores SIGTERM), no stop ever arrives: the runtime says so and checkpoints by steps instead
-(checkpoints.LastCheckpoint). How the ranks then stop at one step together: stop.py. No torch: PID 1 imports this
+(checkpoints/last.py). How the ranks then stop at one step together: stop/agreement.py. No torch: PID 1 imports this
 module.
 
     python -c "from sagemaker_lightning.boot import signals; print(signals.registered(), signals.pid1())"

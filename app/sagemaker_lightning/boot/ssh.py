@@ -23,16 +23,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from sagemaker_lightning.failure import UserError
+from sagemaker_lightning.launch.hyperparameters import MPI_RUNNERS, enabled
 
 KEY_PORT = 2201  # where each host offers its two public keys while the job runs
-MPI_RUNNERS = ("sagemaker_mpi_enabled", "sagemaker_pytorch_ddp_enabled", "sagemaker_distributed_dataparallel_enabled")
 HOST_KEY = "/etc/ssh/ssh_host_ed25519_key"  # the one host key docker/sshd.sh configures sshd with
 MAX_OFFER_BYTES = 4096  # two ed25519 public keys take about 220 bytes: a peer that sends more is not one of ours
 
 
 def needed(hyperparameters: Mapping) -> bool:
     """Whether the job runs an MPI runner, which starts sshd (SageMaker's framework hyperparameters)."""
-    return any(str(hyperparameters.get(key, "")).lower() == "true" for key in MPI_RUNNERS)
+    return any(enabled(hyperparameters, key) for key in MPI_RUNNERS)
 
 
 @dataclass(frozen=True)

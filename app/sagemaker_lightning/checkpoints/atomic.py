@@ -1,10 +1,10 @@
-"""How every checkpoint and model file is written, and which saves are kept: the runtime's one atomic write and its
-one rule for keeping the previous save.
+"""How every checkpoint and model file is written, and which saves are kept: atomically, and with the previous save
+kept by one rule.
 
 The atomic write: new content goes to a hidden partial name beside its path and is renamed to the path once complete
 (`replacing`), so a kill during a write never leaves a broken file under the real name, and resume never takes a
 partial one for a checkpoint (hidden names are not checkpoints: resume.names). Every writer uses it: last.ckpt and
-the best checkpoints (io.AtomicCheckpointIO), the previous save's link below, a sharded save's meta.pt (sharded.py),
+the best checkpoints (io.AtomicCheckpointIO), the previous save's link below, a sharded save's meta.pt (sharded_saves.py),
 model.pt and config.yaml (export.py), small files such as the compile cache and the MLflow run's
 record (`write`).
 

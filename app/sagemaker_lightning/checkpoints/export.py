@@ -4,7 +4,7 @@ final weights when no checkpoint was kept: under fsdp gathered from every rank's
 resolved configuration), then every rank waits for it: in local mode the job ends when the first container exits, and
 all hosts share one model directory. When rank 0 fails to write it, every rank fails at once, not after a timeout.
 
-The best checkpoint is read only inside checkpoint.dirpath (io.inside): its path comes from ModelCheckpoint's state,
+The best checkpoint is read only inside checkpoint.dirpath (location.inside): its path comes from ModelCheckpoint's state,
 which a resumed checkpoint sets (last.confined drops paths elsewhere when the runtime resumes; this holds wherever a
 fit resumed from).
 
@@ -20,7 +20,8 @@ from collections.abc import Callable
 import torch
 
 from sagemaker_lightning.checkpoints.atomic import replacing
-from sagemaker_lightning.checkpoints.io import inside, read
+from sagemaker_lightning.checkpoints.io import read
+from sagemaker_lightning.checkpoints.location import inside, remote
 from sagemaker_lightning.failure import UserError
 from sagemaker_lightning.lines import say
 from sagemaker_lightning.parallel import fsdp
@@ -59,7 +60,7 @@ class Export:
     BASE = "callbacks.Callback"
 
     def __init__(self, model_dir: str | None, config_yaml: Callable[[], str]):
-        if model_dir and "://" in model_dir:
+        if model_dir and remote(model_dir):
             raise UserError(
                 f"model_dir={model_dir} is not a local directory (model.pt is renamed into place there, which an "
                 "object store cannot do); on SageMaker leave it unset (SageMaker uploads model.tar.gz to the job's "

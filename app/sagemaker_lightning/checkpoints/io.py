@@ -2,8 +2,7 @@
 pickle, and whoever can write to the checkpoint location could otherwise run code in the job), pathlib's paths
 admitted (hyperparameters hold them) and a class torch does not admit named with its fix, on the CPU; a read that
 fails for a transient reason (S3 throttling, a timeout, a dropped connection) tried again. Neither is taken for a
-corrupt file. Written: atomically (atomic.py), by AtomicCheckpointIO, the trainer's CheckpointIO plugin. The paths a
-checkpoint's own state may have read or deleted: those `inside` checkpoint.dirpath.
+corrupt file. Written: atomically (atomic.py), by AtomicCheckpointIO, the trainer's CheckpointIO plugin.
 
     python -c "from sagemaker_lightning.checkpoints import io; print(io.read('ckpts/last.ckpt').keys())"
 """
@@ -12,7 +11,6 @@ import contextlib
 import os
 import pathlib
 import pickle
-import posixpath
 import re
 import time
 import zipfile
@@ -24,8 +22,8 @@ import fsspec.implementations.local
 import torch
 
 from sagemaker_lightning.checkpoints.atomic import replacing
+from sagemaker_lightning.checkpoints.location import remote
 from sagemaker_lightning.failure import UserError
-from sagemaker_lightning.health import watchdog
 from sagemaker_lightning.lines import say
 
 TRIES = 3  # reads of a checkpoint that fail for a transient reason, before the job fails naming the file
@@ -34,7 +32,6 @@ RETRY_S = 2.0  # the wait before the second try, doubled before each next one
 PATHS = [pathlib.PurePosixPath, pathlib.PureWindowsPath, pathlib.PosixPath, pathlib.WindowsPath]
 UNSUPPORTED = re.compile(r"Unsupported global: GLOBAL ([\w.]+)")  # torch's weights-only refusal of a global
 BLOCKED = re.compile(r"unsupported GLOBAL ([\w.]+) whose module \w+ is blocked")  # os, sys: refused even if admitted
-LOCAL = (None, "file", "local")  # fsspec's protocols of this machine's files
 T = TypeVar("T")
 
 
@@ -71,20 +68,6 @@ def admitted(url: str):
         if (instead := refusal(e, url)) is None:
             raise
         raise instead from None
-
-
-def inside(path: str, dirpath: str) -> bool:
-    """Whether `path` names something in `dirpath` (each a path or an fsspec URL), not `dirpath` itself: local paths
-    resolved (`..`, symbolic links), a URL's protocol and bucket/key compared once normalised."""
-    (protocol, where), (home_protocol, home) = (fsspec.core.split_protocol(str(p)) for p in (path, dirpath))
-    local = protocol in LOCAL
-    if not path or local != (home_protocol in LOCAL) or (not local and protocol != home_protocol):
-        return False
-    if local:
-        where, home = os.path.realpath(where), os.path.realpath(home)
-    else:
-        where, home = posixpath.normpath(f"/{where}"), posixpath.normpath(f"/{home}")
-    return where != home and posixpath.commonpath([where, home]) == home
 
 
 def retried(read: Callable[[], T], url: str) -> T:
@@ -133,9 +116,11 @@ class AtomicCheckpointIO:
 
     BASE = "plugins.io.TorchCheckpointIO"
 
-    def __init__(self, resume_point=None):
+    def __init__(self, resume_point=None, busy=None):
+        """busy: the process's Status.busy (health/status.py): a write marked so is no hang to the watchdog."""
         super().__init__()
         self.resume_point = resume_point
+        self.busy = busy or (lambda what: contextlib.nullcontext())
 
     def load_checkpoint(self, path, *args, weights_only=None, **kwargs):
         path = self.resume_point.choose(path) if self.resume_point else path
@@ -149,8 +134,8 @@ class AtomicCheckpointIO:
 
     def save_checkpoint(self, checkpoint, path, storage_options=None):
         path = str(path)
-        with watchdog.busy(f"writing {os.path.basename(path)}"):  # peers that wait for it see no hang
-            if "://" in path:
+        with self.busy(f"writing {os.path.basename(path)}"):  # peers that wait for it see no hang
+            if remote(path):
                 return super().save_checkpoint(checkpoint, path, storage_options)
             with replacing(path) as partial:
                 super().save_checkpoint(checkpoint, partial, storage_options)

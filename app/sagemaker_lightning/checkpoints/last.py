@@ -19,7 +19,7 @@ import os
 import time
 
 from sagemaker_lightning.checkpoints.atomic import keep_previous
-from sagemaker_lightning.checkpoints.io import inside
+from sagemaker_lightning.checkpoints.location import inside
 from sagemaker_lightning.cli.lightning_package import attribute
 from sagemaker_lightning.failure import UserError
 from sagemaker_lightning.lines import say
@@ -33,7 +33,7 @@ STATE_PATHS = ("best_model_path", "kth_best_model_path", "last_model_path")
 
 
 def confined(state: dict, dirpath: str | None, mode: str) -> tuple[dict, list[str]]:
-    """ModelCheckpoint's `state` less the paths outside `dirpath` (io.inside; all of them without one), and those
+    """ModelCheckpoint's `state` less the paths outside `dirpath` (location.inside; all of them without one), and those
     paths. A path dropped is "", an entry of best_k_models removed; the k-th best is then the worst one kept, as
     ModelCheckpoint chooses it (`mode`: "min" or "max"), or left to the callback's own when none is kept."""
 
@@ -64,7 +64,7 @@ def interval_steps(seconds_per_step: float, target_s: float = AUTO_INTERVAL_S) -
 class LastCheckpoint:
     """last.ckpt, what a restarted job resumes from: every `every_n_steps` optimizer steps, at each epoch end, and
     when SageMaker stops the job (SIGTERM on StopTrainingJob or spot interruption: Lightning stops every rank at the
-    same step boundary, where they save it together). The training loader's state in it (loader.py) makes a
+    same step boundary, where they save it together). The training loader's state in it (data/resumable.py) makes a
     resumed run continue as the uninterrupted one would.
 
     Where SIGTERM cannot reach the training processes (`unprotected` says why: PID 1 is not the image's entrypoint,
@@ -117,9 +117,8 @@ class LastCheckpoint:
                     "(every last_checkpoint_every_n_steps steps, at each epoch's end, on SIGTERM); ModelCheckpoint's "
                     "own copy is turned off"
                 )
-        # last among the callbacks, after every ModelCheckpoint: its on_validation_end must see their new best. A new
-        # list, not an in-place move: Lightning is iterating over the old one to call this hook
-        trainer.callbacks = [c for c in trainer.callbacks if c is not self] + [self]
+        # its place in the callbacks, after every ModelCheckpoint (the hub puts it there: cli/concern.py), makes its
+        # on_validation_end see their new best
         # a ModelCheckpoint's top-k update at an epoch's end (validation once an epoch) comes after this callback's
         # on_train_epoch_end: Lightning calls "monitoring" callbacks' hooks after every other's. The last.ckpt saved
         # there did not hold it: a run resumed from it forgot the best checkpoint (it exported the final weights, and

@@ -1,4 +1,4 @@
-"""Sharded checkpoints (trainer.strategy=fsdp, sharding.py) on disk: their layout, when a save is complete, and which
+"""Sharded checkpoints (trainer.strategy=fsdp, fsdp.py) on disk: their layout, when a save is complete, and which
 one a (re)started job resumes from.
 
 Under checkpoint.dirpath (SageMaker: /opt/ml/checkpoints) `last.ckpt/` is a directory with one folder per save,
@@ -43,6 +43,7 @@ from torch.distributed.checkpoint.state_dict import (
 
 from sagemaker_lightning.checkpoints.atomic import prune, replacing
 from sagemaker_lightning.checkpoints.io import PATHS, UnsafeGlobal, admitted, refusal
+from sagemaker_lightning.checkpoints.location import remote
 from sagemaker_lightning.failure import UserError
 from sagemaker_lightning.lines import say
 
@@ -135,7 +136,7 @@ def newest_complete(root: Path) -> tuple[Path | None, list[str]]:
 def resume_path(dirpath: str, announce: bool = True) -> str | None:
     """Under fsdp, what a (re)started job resumes from: the newest complete save in checkpoint.dirpath's last.ckpt/
     (newer ones cut short are skipped, said when `announce`); None when there is none."""
-    if "://" in dirpath:
+    if remote(dirpath):
         raise UserError(
             f"checkpoint.dirpath={dirpath}: trainer.strategy=fsdp writes its sharded checkpoints to a directory of "
             "this machine; on SageMaker leave it unset (/opt/ml/checkpoints, synced to checkpoint_s3_uri)"
@@ -156,7 +157,7 @@ def resume_path(dirpath: str, announce: bool = True) -> str | None:
 
 def refuse_sharded(dirpath: str) -> None:
     """Under any other strategy: a last.ckpt/ of fsdp's sharded saves is named, not skipped or overwritten."""
-    if "://" not in dirpath and (Path(dirpath) / "last.ckpt").is_dir():
+    if not remote(dirpath) and (Path(dirpath) / "last.ckpt").is_dir():
         raise UserError(
             f"{Path(dirpath) / 'last.ckpt'} holds sharded saves of trainer.strategy=fsdp; resume it with "
             "trainer.strategy=fsdp, or point checkpoint.dirpath elsewhere to start over"

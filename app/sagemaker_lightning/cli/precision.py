@@ -49,7 +49,7 @@ class Choice:
 
 def choose(machine: Machine | None, given=None, strategy=None) -> Choice:
     """The precision to train with: `given` (the project's trainer.precision) when set, else the machine's for
-    trainer.strategy (fsdp has no fp16 gradient scaler: sharding.py refuses 16-mixed)."""
+    trainer.strategy (fsdp has no fp16 gradient scaler: fsdp.py refuses 16-mixed)."""
     if given is not None:
         return Choice(str(given), "the project's setting", chosen=False)
     if machine.device == "cuda" and machine.cuda_capability is None:

@@ -45,9 +45,15 @@ def secret_key(key: str) -> bool:
     return bool(words) and words[-1] == "token" and not (len(words) > 1 and words[-2] in TOKEN_NOT_SECRET)
 
 
+def shown_url(text: str, instead: str = "") -> str:
+    """`text` with each URL's user information (user:password@) replaced by `instead`: by nothing, the URL as the
+    runtime's lines show it (an MLflow server's)."""
+    return URL_USER.sub(lambda m: m[1] + instead, text)
+
+
 def redacted_text(text: str) -> str:
     """`text` without a URL's user information, a URL's secret query values and AWS access key ids."""
-    text = URL_USER.sub(lambda m: f"{m[1]}{REDACTED}@", text)
+    text = shown_url(text, f"{REDACTED}@")
     text = QUERY_VALUE.sub(lambda m: f"{m[1]}{m[2]}={REDACTED}" if secret_key(m[2]) and m[3] else m[0], text)
     return ACCESS_KEY_ID.sub(REDACTED, text)
 

@@ -15,11 +15,12 @@ from jsonargparse.typing import NonNegativeInt, PositiveFloat
 from sagemaker_lightning.checkpoints import compile_cache
 from sagemaker_lightning.checkpoints.last import AUTO_INTERVAL_S
 from sagemaker_lightning.cli import lightning_package
+from sagemaker_lightning.cli.concern import Context, Part
 from sagemaker_lightning.health import preflight, watchdog
 from sagemaker_lightning.launch.plan import DEFAULT_TIMEOUT_S
+from sagemaker_lightning.launch.platforms import kubeflow, sagemaker
 from sagemaker_lightning.parallel.fsdp_sharding import FSDPSettings
-from sagemaker_lightning.stop import restarts
-from sagemaker_lightning.tracking import tracker
+from sagemaker_lightning.tracking import tracker, uri
 
 
 @dataclass(frozen=True)
@@ -62,7 +63,7 @@ SETTINGS = (
         "instance type and host count, where there is one (instances.py)",
     ),
     Setting("scale_lr_by_world_size", bool, False, "optimizer lr × number of processes"),
-    # experiment tracking in MLflow (tracker.py): one run per job, continued across restarts
+    # experiment tracking in MLflow (tracking/): one run per job, continued across restarts
     Setting(
         "mlflow.tracking_uri",
         str | None,
@@ -74,7 +75,7 @@ SETTINGS = (
         "mlflow.experiment_name",
         str | None,
         None,
-        "null: MLFLOW_EXPERIMENT_NAME, else the job's name less its timestamp, else " + tracker.DEFAULT_EXPERIMENT,
+        "null: MLFLOW_EXPERIMENT_NAME, else the job's name less its timestamp, else " + uri.DEFAULT_EXPERIMENT,
     ),
     Setting("mlflow.log_model", bool, False, "model.pt and config.yaml as the run's artifacts after fit"),
     Setting(
@@ -103,8 +104,8 @@ SETTINGS = (
         "stop_grace_s",
         PositiveFloat | None,
         None,
-        f"seconds from a stop's SIGTERM to SIGKILL (null: {restarts.SAGEMAKER_GRACE_S} on SageMaker, "
-        f"{restarts.KUBERNETES_GRACE_S} elsewhere: Kubernetes' terminationGracePeriodSeconds); a first save of "
+        f"seconds from a stop's SIGTERM to SIGKILL (null: {sagemaker.GRACE_S} on SageMaker, "
+        f"{kubeflow.TERMINATION_GRACE_S} elsewhere: Kubernetes' terminationGracePeriodSeconds); a first save of "
         "last.ckpt that would not fit is said",
     ),
 )
@@ -132,14 +133,14 @@ def add_to(parser, pl) -> None:
     group.add_argument("--logger.save_dir", type=str | None, default=None, help="TensorBoard's root directory")
     for setting in SETTINGS:
         group.add_argument(f"--{setting.key}", type=setting.type, default=setting.default, help=setting.help)
-    parser.add_class_arguments(FSDPSettings, "fsdp")  # trainer.strategy=fsdp's settings (sharded_model.py)
+    parser.add_class_arguments(FSDPSettings, "fsdp")  # trainer.strategy=fsdp's settings (parallel/fsdp_sharding.py)
 
 
-def logger(pl, settings, trainer: dict) -> dict:
+def concern(ctx: Context) -> Part:
     """The trainer's logger: TensorBoard with the `logger` settings, under logger.save_dir, else trainer.default_root_dir
     (as Lightning's default is), unless trainer.logger names another or is false."""
-    if trainer.get("logger") not in (None, True):
-        return {}
-    kept = settings.as_dict()
-    root = kept.pop("save_dir") or trainer.get("default_root_dir") or os.getcwd()
-    return {"logger": lightning_package.attribute(pl, "loggers.TensorBoardLogger")(root, **kept)}
+    if ctx.trainer.get("logger") not in (None, True):
+        return Part()
+    kept = ctx.init["logger"].as_dict()
+    root = kept.pop("save_dir") or ctx.trainer.get("default_root_dir") or os.getcwd()
+    return Part(arguments={"logger": lightning_package.attribute(ctx.pl, "loggers.TensorBoardLogger")(root, **kept)})

@@ -1,5 +1,5 @@
 """Which subcommand a command line runs (pure functions of argv and the parser): the one argv names, one a
-configuration file may choose, or `fit` for options only, as SageMaker's launchers start a script (cli.py).
+configuration file may choose, or `fit` for options only, as SageMaker's launchers start a script (cli/hub.py).
 
     python -c "from sagemaker_lightning.cli import subcommands; help(subcommands.options_start)"
 """

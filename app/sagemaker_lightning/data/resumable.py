@@ -3,8 +3,8 @@ reached yet, in the same order, and skips the ones it had (as indices: they are 
 
 Lightning saves a training iterable's state_dict() in every checkpoint and hands it back on resume. ResumableEpoch
 is that state for any iterable over a DistributedSampler; ResumableDataLoader is a DataLoader with it. A project's
-plain DataLoader is made resumable by `resumable` (the runtime's LightningCLI does it for the training loader);
-a loader that already has a state_dict is the project's own and is left as it is.
+plain DataLoader is made resumable by `resumable` (in a job, for the training loader: training_loader.py); a loader
+that already has a state_dict is the project's own and is left as it is.
 
     python -c "from sagemaker_lightning import ResumableDataLoader; help(ResumableDataLoader)"
 """
@@ -133,16 +133,3 @@ def resumable(loader, rank: int, world_size: int):
     settings = inspect.signature(DataLoader.__init__).parameters
     kept = {k: getattr(loader, k) for k in settings if k not in SAMPLING and hasattr(loader, k)}
     return ResumableDataLoader(loader.dataset, sampler=sampler, **kept)
-
-
-def make_training_loader_resumable(owner, trainer, overridden) -> None:
-    """From now on `owner`'s (the data module's, or the model's) train_dataloader() returns a resumable loader, when
-    `owner` defines one (`overridden`: Lightning's is_overridden)."""
-    if owner is None or not overridden("train_dataloader", owner):
-        return
-    provide = owner.train_dataloader
-
-    def train_dataloader():
-        return resumable(provide(), trainer.global_rank, trainer.world_size)
-
-    owner.train_dataloader = train_dataloader

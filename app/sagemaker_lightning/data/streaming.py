@@ -31,8 +31,7 @@ import functools
 import os
 import sys
 
-from sagemaker_lightning.checkpoints.io import inside
-from sagemaker_lightning.cli import lightning_package
+from sagemaker_lightning.checkpoints.location import inside
 from sagemaker_lightning.data.resumable import seed_all
 from sagemaker_lightning.failure import UserError
 
@@ -110,7 +109,8 @@ def _check_cache_size(dataset, loader) -> None:
 def check_source(url: str, storage_options: dict | None = None) -> None:
     """One line when `url` is not a dataset litdata optimized that this job can read: an s3:// prefix (its bucket
     listed, its index.json there) or a directory (a channel) with index.json. litdata itself fails on either with a
-    bare 404 (HeadObject), whatever the cause."""
+    bare 404 (HeadObject), whatever the cause. An s3:// prefix at a plain-http endpoint is read over http
+    (allow_plain_http): a dataset made before the loader, as litdata asks (in setup()), reads its index then."""
 
     def not_optimized(held: list[str] | None) -> UserError:  # held: what the folder or prefix holds, None: no folder
         what = "does not exist" if held is None else f"holds {', '.join(held[:3])}" if held else "is empty"
@@ -123,6 +123,7 @@ def check_source(url: str, storage_options: dict | None = None) -> None:
         if not os.path.isfile(os.path.join(url, INDEX)):
             raise not_optimized(sorted(os.listdir(url)) if os.path.isdir(url) else None)
         return
+    allow_plain_http(storage_options)
     import boto3
     from botocore.exceptions import BotoCoreError, ClientError
 
@@ -212,28 +213,14 @@ def prepared(loader):
 
 
 class StreamingEpochs:
-    """The runtime's side of a streamed training loader (module docstring), from setup to each epoch's end."""
+    """The runtime's side of a streamed training loader (module docstring), from the start of training to each epoch's
+    end; the loader itself comes prepared (training_loader.py)."""
 
     BASE = "callbacks.Callback"
 
     def __init__(self, checkpoint_dir: str | None):
         self.checkpoint_dir = checkpoint_dir
         self._seed = None  # the streamed dataset's seed, in an epoch that streams
-
-    def setup(self, trainer, pl_module, stage):
-        """From now on the training loader, when it streams, comes prepared: before Lightning asks for its length
-        or gives it a checkpoint's state."""
-        owner = trainer.datamodule or pl_module
-        if stage != "fit" or getattr(owner.train_dataloader, "_streaming", False):
-            return
-        provide = owner.train_dataloader
-
-        def train_dataloader():
-            loader = provide()
-            return prepared(loader) if is_streaming(loader) else loader
-
-        train_dataloader._streaming = True
-        owner.train_dataloader = train_dataloader
 
     def on_train_start(self, trainer, pl_module):
         for loader in training_loaders(trainer):
@@ -262,9 +249,3 @@ class StreamingEpochs:
     def on_train_epoch_end(self, trainer, pl_module):
         for loader in training_loaders(trainer):
             loader.restore = False
-
-
-def callbacks(pl, plan) -> list:
-    """StreamingEpochs in a recognised job, SageMaker's or another platform's (elsewhere a project's loaders are
-    Lightning's and litdata's own)."""
-    return [lightning_package.made(StreamingEpochs, pl)(plan.checkpoint_dir)] if plan.in_job else []

@@ -20,6 +20,8 @@ import traceback
 from collections.abc import Callable, Mapping
 from datetime import timedelta
 
+from sagemaker_lightning.lines import say
+
 PERIOD_S = 2.0  # between heartbeats, and the longest wait for the store: a hang is named this long after its timeout
 STALE_PERIODS = 3  # a heartbeat older than this many periods: the process stopped answering
 PREFIX = "sagemaker_lightning/watchdog"  # the watchdog's keys in the job's store: PREFIX/0, PREFIX/abort (stored())
@@ -215,6 +217,44 @@ def forged_line(name: str, why: Forged) -> str:
         f"at {os.environ.get('MASTER_ADDR')}:{os.environ.get('MASTER_PORT')} (MASTER_ADDR:MASTER_PORT) is reachable "
         "by something else"
     )
+
+
+class Reader:
+    """This job's values as a rank reads them from the store: one its ranks did not sign, or that does not parse, is
+    said once for its key and read as not there (a value) or `unread` (a heartbeat)."""
+
+    def __init__(self, key: bytes):
+        self.key = key
+        self.said: set[str] = set()  # the keys whose value was said to be not this job's, or unreadable
+
+    def opened(self, name: str, value: bytes) -> str | None:
+        """The text of a value this job's ranks signed; None, said once for the key, for any other."""
+        try:
+            return opened(self.key, name, value)
+        except Forged as e:
+            self._say_once(name, forged_line(name, e))
+            return None
+
+    def parsed(self, name: str, value: bytes | None) -> dict | None:
+        """A heartbeat; one that is not this job's or does not parse is said once and read as `unread`."""
+        if value is None:
+            return None
+        text = self.opened(name, value)
+        if text is None:
+            return {"unread": "its heartbeat in the store was replaced by a value not signed by this job's ranks"}
+        try:
+            return parsed(text)
+        except ValueError as e:
+            self._say_once(name, f"warning: the watchdog's heartbeat in {stored(name)} does not parse ({e})")
+            return {"unread": f"its heartbeat does not parse ({e})"}
+
+    def records(self, raw: Mapping[int, bytes | None]) -> dict[int, dict | None]:
+        return {rank: self.parsed(str(rank), value) for rank, value in raw.items()}
+
+    def _say_once(self, name: str, said: str) -> None:
+        if name not in self.said:
+            self.said.add(name)
+            say(said)
 
 
 def connect(wait_s: float):

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from sagemaker_lightning.cli.concern import Context, Part
 from sagemaker_lightning.cli.lightning_package import made
 from sagemaker_lightning.failure import UserError
 from sagemaker_lightning.health import efa
@@ -290,8 +291,10 @@ class Preflight:
         return measured
 
 
-def callbacks(pl, plan, config) -> list:
+def concern(ctx: Context) -> Part:
     """Preflight, in a job."""
-    if not plan.in_job:
-        return []
-    return [made(Preflight, pl)(plan, config["preflight"], config["preflight_min_busbw"])]
+    if not ctx.plan.in_job:
+        return Part()
+    return Part(
+        callbacks=[made(Preflight, ctx.pl)(ctx.plan, ctx.config["preflight"], ctx.config["preflight_min_busbw"])]
+    )

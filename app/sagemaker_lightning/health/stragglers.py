@@ -1,6 +1,6 @@
 """Stragglers: the host every other host waits for, from the arrival times of the collectives each rank recorded
 (torch's flight recorder, published in the watchdog's heartbeats: watchdog.py), for the progress line
-(`hosts: slowest algo-2 1.02x the median`) and a warning when one host is much slower than the others.
+(`hosts: slowest algo-2 1.02x the median`: lines.spread) and a warning when one host is much slower than the others.
 
 Data-parallel ranks all take the same time per step: each waits for the last in every collective. So the step time
 cannot tell the straggler; the arrival times can. A rank's lateness at a collective is how long after the first rank
@@ -54,11 +54,6 @@ def spread(late: Mapping[int, float], span: float, hosts: Mapping[int, str]) -> 
     slowest = max(per_host, key=per_host.get)
     waited = per_host[slowest] - statistics.median(per_host.values())  # the median host's wait for it
     return slowest, 1 / max(1 - waited / span, 1e-3)
-
-
-def words(found: tuple[str, float] | None) -> str:
-    """The progress line's words for a spread ('' without one)."""
-    return f" hosts: slowest {found[0]} {found[1]:.2f}x the median" if found else ""
 
 
 def warning(found: tuple[str, float] | None) -> str | None:

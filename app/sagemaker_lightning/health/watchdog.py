@@ -14,8 +14,8 @@ doing (writing a checkpoint: busy()), and, when its main thread has made no prog
 innermost Python frames. A rank whose oldest unfinished collective is older than the timeout (without the flight
 recorder: whose main thread made no progress for that long) compares the heartbeats: the ranks that never entered
 that collective, or whose heartbeat stopped (SIGSTOP, a frozen host), are the ones named. A busy rank is no hang: while
-this rank or any peer writes a checkpoint, and for a timeout after, nothing is judged (dist_timeout bounds that wait).
-The line goes to the store first (the first one written wins), so every rank that reads it, the stuck one included
+this rank or any peer writes a checkpoint (the process's Status says so: status.py), and for a timeout after, nothing
+is judged (dist_timeout bounds that wait). The line goes to the store first (the first one written wins), so every rank that reads it, the stuck one included
 when it still runs, ends with the same line; rank 0, whose process holds the store, ends once the peers that still
 beat have read it. A rank that waited past the timeout and finds the store silent ends with a line that says so.
 """
@@ -31,7 +31,8 @@ import traceback
 from collections import deque
 from collections.abc import Mapping
 
-from sagemaker_lightning import failure
+from sagemaker_lightning import failure, lines
+from sagemaker_lightning.cli.concern import Context, Part
 from sagemaker_lightning.cli.lightning_package import made
 from sagemaker_lightning.health import heartbeats, stragglers
 from sagemaker_lightning.health.heartbeats import (
@@ -47,6 +48,7 @@ from sagemaker_lightning.health.heartbeats import (
     unanswered,
     where,
 )
+from sagemaker_lightning.health.status import Status
 from sagemaker_lightning.launch import paths
 from sagemaker_lightning.lines import say
 
@@ -57,20 +59,6 @@ UNTIMED = 2  # intervals of a process's start not timed: up to the first batch, 
 FIRST_STEP = "the first step (compiling, warming up)"  # the busy mark of each rank's first step
 READ_PERIODS = 2  # rank 0, whose process holds the store, waits at most this long for peers to read the line (cli's
 # fail waits 3 periods for the watchdog's exit)
-
-ENDING = threading.Event()  # set when the thread ends the process: the main thread's own error then is a consequence
-_busy: str | None = None  # what the runtime's main thread is doing that takes long and is no hang (busy())
-
-
-@contextlib.contextmanager
-def busy(what: str):
-    """Mark a long operation of this process (a checkpoint's write) that peers may wait for: not a hang."""
-    global _busy
-    _busy = what
-    try:
-        yield
-    finally:
-        _busy = None
 
 
 def timeout_s(given: float | None, step_seconds: list[float], dist_timeout_s: float) -> float:
@@ -94,11 +82,14 @@ class Watchdog:
     recorder = staticmethod(heartbeats.fr_json)  # the flight recorder's entries
     exit = staticmethod(os._exit)  # its main thread waits in a collective that would never return
 
-    def __init__(self, given_s: float | None, dist_timeout_s: float, host: str, output_data_dir: str | None):
+    def __init__(
+        self, given_s: float | None, dist_timeout_s: float, host: str, output_data_dir: str | None, status=None
+    ):
+        """status: the process's (Status): the busy mark it publishes, the ending it sets, the spread it writes."""
         self.given_s, self.dist_timeout_s = given_s, dist_timeout_s
         self.host, self.output_data_dir = host, output_data_dir
+        self.status: Status = status or Status()
         self.thread: threading.Thread | None = None
-        self.spread = ""  # rank 0: the progress line's words on stragglers (stragglers.words)
 
     def on_train_start(self, trainer, pl_module):
         if trainer.world_size == 1:
@@ -117,13 +108,12 @@ class Watchdog:
         self.busy_seen = -float("inf")  # when this rank or a peer was last seen busy
         self.answered = self.clock()  # when the store last answered
         self.warned: dict[str, float] = {}  # host → when it was last named a straggler
-        self.said: set[str] = set()  # the keys whose value was said to be not this job's, or unreadable
+        self.read = heartbeats.Reader(key)  # the job's values from the store, what is not this job's said once
         self.since_ns = 0  # the end of the first step: stragglers are judged from there on
         self.link = heartbeats.Link(heartbeats.connect, PERIOD_S)
         self.stopping = threading.Event()
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
-        global _busy
         now = self.clock()
         if self.thread:
             if self.untimed:
@@ -131,16 +121,15 @@ class Watchdog:
             else:
                 self.steps.append(now - self.beat)
             self.beat = now
-            if self.untimed == 1 and _busy is None:  # this rank's first step: no hang however long it compiles
-                _busy = FIRST_STEP
+            if self.untimed == 1 and self.status.doing is None:  # its first step: no hang however long it compiles
+                self.status.doing = FIRST_STEP
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
-        global _busy
         if self.thread:
             self.step = trainer.global_step  # steps done: a rank stuck before this step's hooks reports the same one
             self.since_ns = self.since_ns or time.time_ns()
-            if _busy == FIRST_STEP:
-                _busy = None
+            if self.status.doing == FIRST_STEP:
+                self.status.doing = None
 
     def on_validation_batch_start(self, trainer, pl_module, batch, batch_idx, dataloader_idx=0):
         if self.thread:
@@ -177,7 +166,7 @@ class Watchdog:
         op = overdue(entries, int(now * 1e9), limit)
         stalled = self.clock() - self.beat > limit
         waiting = op is not None or (stalled and not entries)
-        if _busy:
+        if self.status.doing:
             self.busy_seen = self.clock()
         mine = self._record(fr, now)
         try:
@@ -188,11 +177,11 @@ class Watchdog:
                 self._end(unanswered(op, limit, self.rank, self.host, e))
             return
         self.answered = self.clock()
-        if abort is not None and (said := self._opened(ABORT, abort)) is not None:
+        if abort is not None and (said := self.read.opened(ABORT, abort)) is not None:
             self._end(said)
         if raw is not None:
-            self._compare(self._records(raw), now)
-        if busy_mark is not None and fresh(self._parsed(BUSY, busy_mark), now):
+            self._compare(self.read.records(raw), now)
+        if busy_mark is not None and fresh(self.read.parsed(BUSY, busy_mark), now):
             self.busy_seen = self.clock()  # a peer writes: the wait is judged from the end of the write
         if waiting and self._quiet(limit):
             self._judge(op, limit, now)
@@ -210,7 +199,7 @@ class Watchdog:
             "step": self.step,
             "last": last_entered(fr.get("entries", [])),
             "stack": where(traceback.extract_stack(frame)) if frame else None,
-            "busy": _busy,
+            "busy": self.status.doing,
             "arrived": stragglers.arrivals(fr.get("entries", []), self.since_ns),  # when it entered its latest
             "ended": ended,  # it read the line: rank 0 need not keep the store up for it
         }
@@ -232,41 +221,12 @@ class Watchdog:
             return dict(enumerate(store.multi_get(keys)))
         return {r: store.get(k) if store.check([k]) else None for r, k in enumerate(keys)}
 
-    def _opened(self, name: str, value: bytes) -> str | None:
-        """The text of a value this job's ranks signed; None, said once for the key, for any other."""
-        try:
-            return heartbeats.opened(self.key, name, value)
-        except heartbeats.Forged as e:
-            self._say_once(name, heartbeats.forged_line(name, e))
-            return None
-
-    def _parsed(self, name: str, value: bytes | None) -> dict | None:
-        """A heartbeat; one that is not this job's or does not parse is said once and read as `unread`."""
-        if value is None:
-            return None
-        text = self._opened(name, value)
-        if text is None:
-            return {"unread": "its heartbeat in the store was replaced by a value not signed by this job's ranks"}
-        try:
-            return heartbeats.parsed(text)
-        except ValueError as e:
-            self._say_once(name, f"warning: the watchdog's heartbeat in {heartbeats.stored(name)} does not parse ({e})")
-            return {"unread": f"its heartbeat does not parse ({e})"}
-
-    def _records(self, raw: Mapping[int, bytes | None]) -> dict[int, dict | None]:
-        return {rank: self._parsed(str(rank), value) for rank, value in raw.items()}
-
-    def _say_once(self, name: str, said: str) -> None:
-        if name not in self.said:
-            self.said.add(name)
-            say(said)
-
     def _compare(self, records: Mapping[int, dict | None], now: float) -> None:
         """Rank 0: the hosts' spread for the progress line, and a warning for a straggler (stragglers.py)."""
         records = {r: record for r, record in records.items() if fresh(record, now)}  # a stopped one: _judge's
         late, span = stragglers.lateness({r: record["arrived"] for r, record in records.items()})
         found = stragglers.spread(late, span, {r: record["host"] for r, record in records.items()})
-        self.spread = stragglers.words(found)
+        self.status.spread = lines.spread(found)
         warning, clock = stragglers.warning(found), self.clock()
         if warning and clock - self.warned.get(found[0], -stragglers.WARN_EVERY_S) >= stragglers.WARN_EVERY_S:
             self.warned[found[0]] = clock
@@ -275,7 +235,7 @@ class Watchdog:
     def _judge(self, op: dict | None, limit: float, now: float) -> None:
         """End the job: the ranks that hold this one up, named from their heartbeats."""
         try:
-            records = self._records(self.link.call(self._all))
+            records = self.read.records(self.link.call(self._all))
         except heartbeats.Silent as e:
             self._end(unanswered(op, limit, self.rank, self.host, e))
         pg, seq = (op["process_group"][0], op["collective_seq_id"]) if op else (None, None)
@@ -291,20 +251,19 @@ class Watchdog:
             first = self.link.call(lambda store: store.compare_set(ABORT, "", value))
         except heartbeats.Silent:
             return text
-        return self._opened(ABORT, first) or text
+        return self.read.opened(ABORT, first) or text
 
     def _end(self, said: str) -> None:
         """Keep the flight recorder's dump, report the line, mark it read, end the process. Rank 0's process holds
         the store: it ends once the peers that still beat have read the line."""
-        ENDING.set()
+        self.status.ending.set()
         if self.output_data_dir:
             with contextlib.suppress(Exception):
                 from torch._C import _distributed_c10d as c10d
 
-                os.makedirs(paths.flight_recorder_dir(self.output_data_dir), exist_ok=True)
-                with open(
-                    os.path.join(paths.flight_recorder_dir(self.output_data_dir), f"rank_{self.rank}"), "wb"
-                ) as f:
+                folder = paths.flight_recorder_dir(self.output_data_dir)
+                os.makedirs(folder, exist_ok=True)
+                with open(os.path.join(folder, f"rank_{self.rank}"), "wb") as f:
                     # no stacks: symbolizing them takes the GIL, which a stuck main thread may hold (pytorch#167023)
                     f.write(c10d._dump_fr_trace(True, False, False))
         failure.report(said)
@@ -322,7 +281,7 @@ class Watchdog:
         deadline = self.clock() + READ_PERIODS * PERIOD_S
         while self.clock() < deadline:
             try:
-                records = self._records(self.link.call(self._all))
+                records = self.read.records(self.link.call(self._all))
             except heartbeats.Silent:
                 return
             now = self.wall()
@@ -331,8 +290,11 @@ class Watchdog:
             self.pause(PERIOD_S / 8)
 
 
-def callbacks(pl, plan, config) -> list:
+def concern(ctx: Context) -> Part:
     """The Watchdog in a job: a hang names itself, stragglers show."""
-    if not plan.in_job:
-        return []
-    return [made(Watchdog, pl)(config["training_timeout"], plan.timeout_s, plan.host, plan.output_data_dir)]
+    if not ctx.plan.in_job:
+        return Part()
+    plan, given_s = ctx.plan, ctx.config["training_timeout"]
+    return Part(
+        callbacks=[made(Watchdog, ctx.pl)(given_s, plan.timeout_s, plan.host, plan.output_data_dir, ctx.status)]
+    )

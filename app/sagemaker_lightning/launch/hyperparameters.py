@@ -18,6 +18,9 @@ from typing import Any
 from sagemaker_lightning.launch import paths
 
 FRAMEWORK_PREFIX = "sagemaker_"  # SageMaker's own parameters (sagemaker_program, sagemaker_submit_directory, ...)
+SMDDP = "sagemaker_distributed_dataparallel_enabled"  # the framework parameter of distribution smdistributed
+# the framework parameters of the distributions SageMaker runs with mpirun: pytorchddp, smdistributed, mpi
+MPI_RUNNERS = ("sagemaker_mpi_enabled", "sagemaker_pytorch_ddp_enabled", SMDDP)
 
 
 def typed(value: Any) -> Any:
@@ -33,6 +36,11 @@ def typed(value: Any) -> Any:
         return ast.literal_eval(value)
     except (ValueError, SyntaxError, MemoryError, RecursionError):
         return value
+
+
+def enabled(parameters: Mapping[str, Any], key: str) -> bool:
+    """Whether framework parameter `key` is on, in whichever form it came (true, "true", "True", '"true"')."""
+    return str(typed(parameters.get(key, ""))).lower() == "true"
 
 
 def read(env: Mapping[str, str]) -> dict[str, Any]:

@@ -16,7 +16,6 @@ GiB = 1 << 30
 
 # GPUs and EFA interfaces (the most a type can attach) per instance: AWS's accelerated-computing network and
 # hardware specifications, https://docs.aws.amazon.com/ec2/latest/instancetypes/ac.html
-SPECS = "https://docs.aws.amazon.com/ec2/latest/instancetypes/ac.html"
 # 2× p4de.24xlarge and 2× p5.48xlarge all_reduce_perf, 8 B to 2 GiB / 16 GiB, 8 GPUs per host, out-of-place busbw
 AWSOME = "https://github.com/aws-samples/awsome-distributed-training/blob/main/micro-benchmarks/nccl-tests/README.md"
 

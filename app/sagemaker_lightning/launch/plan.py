@@ -3,15 +3,18 @@ Lightning, NCCL and gloo need to know.
 
 `make_plan` is a pure function from an environment (a mapping of variable names to strings) plus the trainer's
 resolved settings to an immutable Plan; `Plan.env` holds the variables to set. Nothing here starts a process,
-resolves a name or reads a file, so every rule is unit-tested as a table (tests/unit/launch/test_plan.py). Each platform's
-variables are read in platforms/ (SageMaker's SM_HOSTS, Kubeflow's PET_*, SLURM_*, torchrun's, in the order
-platforms/__init__.py gives); SageMaker's paths come from paths.py, the network interfaces and EFA from network.py.
-No torch: the start-up hook (autoenv.py) runs it in every Python process of the image.
+resolves a name or reads a file, so every rule is unit-tested as a table (tests/unit/launch/test_plan.py). Each
+platform's variables are read in platforms/ (SageMaker's SM_HOSTS, Kubeflow's PET_*, SLURM_*, torchrun's, in the order
+platforms/recognise.py gives); SageMaker's paths come from paths.py, the network interfaces and EFA from network.py.
+A process reads its environment once: the runtime's LightningCLI makes the plan from it before parsing, then
+completes that plan with the resolved trainer settings (Plan.completed), from the same reading. No torch: the start-up
+hook (autoenv.py) runs it in every Python process of the image.
 
-Who starts the training processes (Plan.launcher):
-  process   one process per host: Lightning starts one per device, or torchrun does (Plan.torchrun: LAUNCHER=torchrun,
-            a PyTorchJob or TrainJob, several processes on a host where the platform started one)
-  torchrun  torchrun (or hyperpodrun) started this process: ranks from torchrun
+Who started this process (Plan.launcher):
+  process   the platform, one process per host (cluster.PER_HOST): Lightning starts one process per device from it,
+            or, where Plan.torchrun is set (LAUNCHER=torchrun, a PyTorchJob or TrainJob, several processes on a host
+            where the platform started one), the runtime runs torchrun in its place, which starts them
+  torchrun  torchrun (or hyperpodrun): ranks from torchrun
   mpirun    SageMaker's MPI distributions: ranks from OMPI_COMM_WORLD_*
   srun      Slurm's tasks: ranks from SLURM_*
   none      no platform recognised: a single process, and the runtime's LightningCLI is Lightning's own
@@ -26,23 +29,35 @@ from dataclasses import dataclass, field
 
 from sagemaker_lightning.failure import UserError
 from sagemaker_lightning.launch import network, paths
+from sagemaker_lightning.launch.hyperparameters import typed
 from sagemaker_lightning.launch.platforms import sagemaker
-from sagemaker_lightning.launch.platforms.cluster import DEFAULT_MASTER_PORT, DEFAULT_TIMEOUT_S
+from sagemaker_lightning.launch.platforms.cluster import DEFAULT_MASTER_PORT, DEFAULT_TIMEOUT_S, PER_HOST
 from sagemaker_lightning.launch.platforms.recognise import recognise
 
 DEFAULT_CHANNEL = "training"  # the input channel that holds the data; DATA_CHANNEL in the environment names another
 MAX_TIMEOUT_S = 28 * 24 * 3600  # the longest a SageMaker job runs (MaxRuntimeInSeconds): no wait needs to be longer
 UNSHARED_STORE = "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"  # set for the torchrun the runtime starts: each attempt's store
-# is new (restarts.SHARED_STORE says why)
+# is new (stop/restarts.py, shared_store_line, says why)
 FR_BUFFER_SIZE = "256"  # collectives torch's flight recorder keeps per process: several steps of DDP; each watchdog
 # heartbeat reads them all (2,000: a 45 ms JSON dump every 2 s, 2 AMD EPYC cores, torch 2.14.1; 256: a few ms)
+
+
+@dataclass(frozen=True)
+class Reading:
+    """What a plan was made from besides the trainer's settings, kept so that completing it reads nothing again."""
+
+    env: Mapping[str, str]  # the environment, as read
+    interfaces: Collection[str]  # the network interfaces here
+    checkpoint_dir: str | None  # the job's checkpoint_local_path (paths.checkpoint_dir), when it names one
+    gpus: int  # the GPUs here, where the platform does not say
+    hostname: str  # this host's name
 
 
 @dataclass(frozen=True)
 class Plan:
     """Where this process stands in its job. No platform recognised: launcher "none", one host, nothing to set."""
 
-    launcher: str  # "process", "torchrun", "mpirun", "srun" or "none" (module docstring)
+    launcher: str  # who started this process: "process" (PER_HOST), "torchrun", "mpirun", "srun" or "none"
     hosts: tuple[str, ...]  # the job's hosts by node rank (SageMaker's sorted: algo-1, algo-2, ...; unnamed: node-<i>)
     node_rank: int  # this host's index in `hosts`
     processes_per_host: int  # training processes on each host (trainer.devices)
@@ -60,6 +75,8 @@ class Plan:
     gpus: int = 0  # SM_NUM_GPUS: the GPUs the toolkit found on this host (elsewhere: the GPUs torch sees)
     platform: str = ""  # who runs the job (platforms/): "SageMaker", "Kubeflow", "Slurm", ...; "" for none
     torchrun: tuple[str, ...] = ()  # torchrun's options when the runtime starts torchrun here (strategy.py)
+    job_name: str | None = None  # the SageMaker training job's name (TRAINING_JOB_NAME)
+    reading: Reading | None = field(default=None, compare=False, repr=False)  # what `completed` makes the plan from
 
     @property
     def on_sagemaker(self) -> bool:
@@ -114,6 +131,16 @@ class Plan:
             else:
                 env.setdefault(key, value)
 
+    def completed(
+        self, accelerator="auto", devices="auto", timeout_s=DEFAULT_TIMEOUT_S, workers=True, max_restarts=None
+    ) -> "Plan":
+        """This plan with the trainer's resolved settings (make_plan's), made from the same reading."""
+        r = self.reading
+        return make_plan(
+            r.env, r.interfaces, accelerator, devices, timeout_s, r.checkpoint_dir, workers, r.gpus, r.hostname,
+            max_restarts,
+        )  # fmt: skip
+
     def line(self) -> str:
         """The plan in one line, as rank 0 prints it at the start."""
         launcher = self.launcher if self.on_sagemaker else f"{self.launcher} ({self.platform})"
@@ -123,11 +150,6 @@ class Plan:
             f"master {self.master_addr}:{self.master_port}, backend {self.backend or 'nccl (GPU) / gloo (CPU)'}, "
             f"timeout {self.timeout_s} s"
         )
-
-
-def launcher(env: Mapping[str, str]) -> str:
-    """Who started this process on a SageMaker host, "none" elsewhere (the start-up hook's question)."""
-    return sagemaker.launcher(env) if "SM_HOSTS" in env else "none"
 
 
 def wanted(env: Mapping[str, str], accelerator: str = "auto", devices="auto", gpus: int = 0) -> int:
@@ -161,6 +183,17 @@ def streaming_env(env: Mapping[str, str], hosts: int, sagemaker: bool) -> dict[s
     return {"NNODES": str(hosts), **({"LITDATA_CACHE_DIR": cache} if cache else {})}
 
 
+def dist_timeout(given: Mapping) -> int:
+    """dist_timeout from the job's hyperparameters (PID 1's, before any parser), whichever form the SDK sent it in (3,
+    "3", '"3"': SDK 2.x with source_dir JSON-encodes a string), checked as check_timeout checks the trainer's."""
+    value = typed(given.get("dist_timeout", DEFAULT_TIMEOUT_S))
+    if isinstance(value, str) and value.strip().isdigit():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise UserError(f"dist_timeout={value!r} is not a positive whole number of seconds; e.g. 600")
+    return check_timeout(value)
+
+
 def check_timeout(seconds: int) -> int:
     """dist_timeout, when it is a wait torch can hold (timedelta overflows past 999,999,999 days) and a job can use."""
     if not 0 < seconds <= MAX_TIMEOUT_S:
@@ -189,12 +222,26 @@ def make_plan(
     the platform does not say (SageMaker's SM_NUM_GPUS); `hostname`: this host's name; `max_restarts`: torchrun's,
     where the runtime starts torchrun (None: the platform's, else 0)."""
     check_timeout(timeout_s)  # off any platform too: the strategy gets it
+    reading = Reading(env, interfaces, checkpoint_dir, gpus, hostname)
     per_host = wanted(env, accelerator, devices, gpus)
     found = recognise(env, per_host, hostname, max_restarts=max_restarts, timeout_s=timeout_s)
     if found is None:
-        return Plan(
-            "none", ("localhost",), 0, 1, "localhost", DEFAULT_MASTER_PORT, None, timeout_s, {}, "", None, None, None
+        none = (
+            "none",
+            ("localhost",),
+            0,
+            1,
+            "localhost",
+            DEFAULT_MASTER_PORT,
+            None,
+            timeout_s,
+            {},
+            "",
+            None,
+            None,
+            None,
         )
+        return Plan(*none, reading=reading)
     out, on_sagemaker = dict(found.env), found.platform == "SageMaker"
     out.update(network.network_env(env, interfaces, workers))
     output_data_dir = paths.output_data_dir(env) if on_sagemaker else None
@@ -223,30 +270,16 @@ def make_plan(
         gpus=int(env.get("SM_NUM_GPUS") or gpus or 0),
         platform=found.platform,
         torchrun=found.torchrun,
+        job_name=sagemaker.job_name(env) if on_sagemaker else None,
+        reading=reading,
     )
-
-
-def check_world_size(plan: Plan, num_nodes: int, devices_per_node: int) -> None:
-    """Fail before any collective call when the trainer's world differs from the cluster it runs on."""
-    if not plan.in_job:
-        return
-    if num_nodes != len(plan.hosts):
-        raise UserError(
-            f"trainer.num_nodes={num_nodes} but the job has {len(plan.hosts)} hosts; "
-            "leave trainer.num_nodes unset in a job"
-        )
-    if devices_per_node != plan.processes_per_host:
-        raise UserError(
-            f"trainer.devices={devices_per_node} but the launcher started {plan.processes_per_host} processes per "
-            "host; leave trainer.devices unset or set it to that number"
-        )
 
 
 def global_rank_zero(plan: Plan, env: Mapping[str, str]) -> bool:
     """Whether this process is global rank 0, before the trainer exists: under the process launcher, Lightning's own
     processes for local ranks 1.. have LOCAL_RANK; torchrun, mpirun and srun give every process its RANK (the plan
     sets srun's). Elsewhere, whichever of those a launcher set (SLURM's too) is 0, or none is set: a single process."""
-    if plan.launcher == "process":
+    if plan.launcher == PER_HOST:
         return plan.node_rank == 0 and "LOCAL_RANK" not in env
     if plan.launcher == "none":
         return all(env.get(key, "0") == "0" for key in ("RANK", "LOCAL_RANK", "NODE_RANK", "SLURM_PROCID"))

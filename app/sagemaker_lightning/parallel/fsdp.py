@@ -3,19 +3,19 @@
 `dist_timeout`, NCCL on GPUs and gloo on CPUs, a `last` checkpoint every N steps, at each epoch end and on SIGTERM
 that resumes exactly, and a consolidated `model.pt` that loads into the plain model. For lightning.pytorch and
 pytorch_lightning projects alike: FullyShardedStrategy is a mixin made into a subclass of the project's package's
-ModelParallelStrategy (flavor.made).
+ModelParallelStrategy (lightning_package.made).
 
 Why FSDP2 through Lightning's ModelParallelStrategy, not its FSDPStrategy: docs/fsdp.md.
 
 Interface (the rest of the runtime wires these; docs/fsdp.md is the user's side):
-    FSDPSettings                        the `fsdp` argument group (settings.py; how a model is sharded: sharded_model.py)
+    FSDPSettings                        the `fsdp` argument group (settings.py; how a model is sharded: fsdp_sharding.py)
     strategy(pl, settings, cluster_environment, timeout, trainer_config)   the strategy for Trainer(strategy=)
                                         (strategy.py, for trainer.strategy=fsdp)
     sharded_saves(strategy)             context: checkpoints saved inside it are sharded (checkpoints/last.py)
     full_state_dict(strategy, module)   every rank calls it; rank 0 gets the consolidated weights (checkpoints/export.py)
     progress.weights_digest             gathers sharded weights (DTensor.full_tensor), so every rank calls it
 
-Checkpoint layout, how a save is written and read, which one a job resumes from: checkpoints/sharded.py.
+Checkpoint layout, how a save is written and read, which one a job resumes from: checkpoints/sharded_saves.py.
 
     python app/example/train.py --trainer.strategy fsdp --trainer.devices 2 --trainer.accelerator cpu \\
         --model.arch convnext_tiny --fsdp.activation_checkpointing true --checkpoint.dirpath ckpts --model_dir out

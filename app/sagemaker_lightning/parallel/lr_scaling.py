@@ -1,9 +1,10 @@
 """The linear learning-rate scaling rule, `scale_lr_by_world_size`: a mixin made into a Callback of the project's
-Lightning package (flavor.made).
+Lightning package (lightning_package.made).
 
     python app/example/train.py ... --scale_lr_by_world_size true   # lr × number of processes, logged once
 """
 
+from sagemaker_lightning.cli.concern import Context, Part
 from sagemaker_lightning.cli.lightning_package import made
 from sagemaker_lightning.lines import say
 
@@ -29,6 +30,6 @@ class LinearLRScaling:
             say(f"learning rate × world size {factor} (linear scaling): {lrs}")
 
 
-def callbacks(pl, config) -> list:
+def concern(ctx: Context) -> Part:
     """LinearLRScaling when scale_lr_by_world_size is on."""
-    return [made(LinearLRScaling, pl)()] if config["scale_lr_by_world_size"] else []
+    return Part(callbacks=[made(LinearLRScaling, ctx.pl)()] if ctx.config["scale_lr_by_world_size"] else [])

@@ -11,6 +11,7 @@ without a timeout every collective waits torch's 30 minutes. The plan knows who 
 import inspect
 from datetime import timedelta
 
+from sagemaker_lightning.cli.concern import Context, Part, listed
 from sagemaker_lightning.cli.lightning_package import attribute, made
 from sagemaker_lightning.failure import UserError
 from sagemaker_lightning.launch.plan import Plan
@@ -85,6 +86,13 @@ def arguments(
             chosen._timeout = wiring["timeout"]
         return {}
     return {"plugins": [*plugins, cluster]} if cluster else {}
+
+
+def concern(ctx: Context) -> Part:
+    """The strategy (or, for a strategy object the configuration built, nothing: it is wired in place) on the plan's
+    cluster, backend and timeout; trainer.strategy=fsdp with the `fsdp` settings."""
+    plugins = listed(ctx.trainer.get("plugins"))
+    return Part(arguments=arguments(ctx.pl, ctx.plan, ctx.trainer, plugins, ctx.init.get("fsdp")))
 
 
 def torchrun_command(plan: Plan, python: str, argv: list[str]) -> list[str] | None:

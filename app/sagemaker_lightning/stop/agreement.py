@@ -11,6 +11,7 @@ import time
 import torch
 
 from sagemaker_lightning.cli import lightning_package
+from sagemaker_lightning.cli.concern import Context, Part
 
 STOP, DONE = "stop", "done"  # a validation's decision: every rank stops in it; every rank ran its last batch
 PREFIX = "sagemaker_lightning/stop/"  # the validations' keys in the job's store
@@ -130,6 +131,6 @@ class StopTogether:
             )  # Lightning's own stops not here
 
 
-def callbacks(pl, plan) -> list:
+def concern(ctx: Context) -> Part:
     """StopTogether, in a job (elsewhere a stop is Lightning's own)."""
-    return [lightning_package.made(StopTogether, pl)()] if plan.in_job else []
+    return Part(callbacks=[lightning_package.made(StopTogether, ctx.pl)()] if ctx.plan.in_job else [])

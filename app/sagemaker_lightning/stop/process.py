@@ -1,18 +1,14 @@
-"""The training process's life around the trainer: what it checks before training starts (writable outputs, a
-resolvable first host), which of Lightning's own processes ended and how (named in the failure line), and how a run
-that ended normally leaves its process group.
+"""The training process's life around the trainer: which of Lightning's own processes ended and how (named in the
+failure line), whether a GPU is usable (asked by the failure line), and how a run that ended normally leaves its
+process group.
 
-    python -c "from sagemaker_lightning.stop import process; process.check_writable({'model_dir': '/tmp/out'})"
+    python -c "from sagemaker_lightning.stop import process; print(process.cuda_available())"
 """
 
 import logging
-import os
 import re
-import socket
 import sys
-import tempfile
 import time
-from collections.abc import Mapping
 
 from sagemaker_lightning import failure
 from sagemaker_lightning.launch.plan import Plan
@@ -76,38 +72,6 @@ class EndedChild(logging.Filter):
             logger = logging.getLogger(name)
             logger.setLevel(logging.INFO)  # the record is an INFO one: seen even where Lightning is made quieter
             logger.addFilter(self)
-
-
-def check_writable(paths: Mapping[str, str | None]) -> None:
-    """Fail at the start, not after hours of training, when an output directory cannot be written."""
-    for key, path in paths.items():
-        if not path or "://" in path:
-            continue
-        try:
-            os.makedirs(path, exist_ok=True)
-            tempfile.TemporaryFile(dir=path).close()
-        except OSError as e:
-            raise failure.UserError(
-                f"{key}={path} cannot be written ({e.strerror}); point it at a writable directory"
-            ) from e
-
-
-def check_resolvable(host: str, timeout_s: float = 0, resolve=socket.gethostbyname, pause=time.sleep) -> None:
-    """Fail at the start, naming the first host, when its name does not resolve within `timeout_s` (dist_timeout):
-    a Kubernetes pod's name resolves once its pod runs, which may be after this one starts."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            resolve(host)
-            return
-        except OSError as e:
-            if time.monotonic() >= deadline:
-                raise failure.UserError(
-                    f"cannot resolve the first host {host!r} within dist_timeout={timeout_s:g} s ({e}): its pod or "
-                    "container did not start, or the name is wrong; check the job's hosts (MASTER_ADDR, "
-                    "PET_MASTER_ADDR, SLURM_NODELIST) and its network"
-                ) from e
-            pause(1)
 
 
 def cuda_available() -> bool:

@@ -17,10 +17,11 @@ import os
 import re
 from collections.abc import Mapping
 
+from sagemaker_lightning.checkpoints.location import remote
+from sagemaker_lightning.launch.plan import UNSHARED_STORE
+from sagemaker_lightning.launch.platforms import kubeflow, sagemaker
 from sagemaker_lightning.lines import say
 
-SAGEMAKER_GRACE_S = 120  # StopTrainingJob and spot interruption: SIGTERM, then SIGKILL this long after
-KUBERNETES_GRACE_S = 30  # terminationGracePeriodSeconds' default: Kubernetes, and HyperPod EKS, Kubeflow's jobs
 STOP_MARGIN_S = 5  # what a stop takes besides the save: the ranks' agreement, the process's exit
 EPHEMERAL_ROOTS = ("kubernetes.io~empty-dir",)  # a volume that goes with its pod (mountinfo's root field)
 MOUNTINFO = "/proc/self/mountinfo"
@@ -29,7 +30,7 @@ MOUNTINFO = "/proc/self/mountinfo"
 def ephemeral(path: str, mountinfo: str) -> str | None:
     """Why `path` goes with this container (its own filesystem, an emptyDir), or None when it is on a mount that
     outlives it or a URL. `mountinfo`: /proc/self/mountinfo's text."""
-    if "://" in path:
+    if remote(path):
         return None
     path = os.path.abspath(path)
     best = ("", "", "")  # (mount point, root, filesystem type) of the longest mount point above `path`
@@ -61,7 +62,7 @@ def directory_line(dirpath: str | None, mountinfo: str) -> str | None:
 
 def grace_s(given: float | None, on_sagemaker: bool) -> float:
     """stop_grace_s: the user's, else the platform's default."""
-    return given or (SAGEMAKER_GRACE_S if on_sagemaker else KUBERNETES_GRACE_S)
+    return given or (sagemaker.GRACE_S if on_sagemaker else kubeflow.TERMINATION_GRACE_S)
 
 
 def grace_line(save_s: float, grace: float) -> str | None:
@@ -110,8 +111,7 @@ def shared_store_line(env: Mapping[str, str]) -> str | None:
         return None
     return (
         f"warning: torchrun restarts the ranks (--max-restarts={restarts}) over one store for every attempt: a "
-        "restarted rank can read a dead rank's address and fail again; start torchrun with "
-        "TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1"
+        f"restarted rank can read a dead rank's address and fail again; start torchrun with {UNSHARED_STORE}=1"
     )
 
 
@@ -122,7 +122,7 @@ def unshared_line(plan, dirpath: str | None, env: Mapping[str, str]) -> str | No
     restarts = max_restarts(env)
     if not (plan.on_sagemaker and len(plan.hosts) > 1 and restarts > 0):
         return None
-    if dirpath and "://" in dirpath:
+    if dirpath and remote(dirpath):
         return None
     return (
         f"warning: torchrun restarts the ranks (max_restarts={restarts}) but checkpoint.dirpath={dirpath} is each "

@@ -9,101 +9,31 @@ with INVALID_PARAMETER_VALUE, is kept as it was and the new value goes into a ta
 
 A server that is down or slow is said once and retried, the points kept up to QUEUE_MAX (then dropped, counted); one
 that refuses the job's credentials drops tracking for the job; a request it rejects is skipped, said in one line.
-Each request is bounded (MLFLOW_HTTP_REQUEST_TIMEOUT, MLFLOW_HTTP_REQUEST_MAX_RETRIES: DEFAULTS unless the job
+Each request is bounded (MLFLOW_HTTP_REQUEST_TIMEOUT, MLFLOW_HTTP_REQUEST_MAX_RETRIES: mlflow_client.DEFAULTS unless the job
 sets them), and the end (`finish`) waits a bounded time: a stop's checkpoint, saved before it, is never held up.
 No torch; mlflow is imported by the thread.
 
-    python -c "from sagemaker_lightning.tracking import mlflow_run; print(mlflow_run.flat({'a': {'b': [1, 2]}}))"
+    python -c "from sagemaker_lightning.tracking import mlflow_run; help(mlflow_run.Run)"
 """
 
-import functools
-import json
-import os
-import re
 import threading
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
-from urllib.parse import urlsplit
 
+from sagemaker_lightning.cli.redact import shown_url
 from sagemaker_lightning.lines import say
+from sagemaker_lightning.tracking.mlflow_client import MAX_VALUE, connect, key, kind, why
 
 QUEUE_MAX = 10_000  # metric points waiting for the server; past that, new ones are dropped (counted, said)
 BATCH = 1000  # metric points a request carries: MLflow's limit for log_batch; params and tags go 100 at a time
-# MLflow's settings unless the job sets them: one request's bounds (MLflow's own, 120 s and 7 retries with backoff,
-# hold a request for minutes, the end of a job waits for the last one, and urllib3 logs each retry: the thread retries
-# instead, quietly); no "View run" line of its own at the end; no usage data sent from a training job to MLflow's
-# telemetry service (on by default in MLflow 3.x: a job's network may not reach it, and its owner did not ask)
-DEFAULTS = {
-    "MLFLOW_HTTP_REQUEST_TIMEOUT": "10",
-    "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0",
-    "MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT": "true",
-    "MLFLOW_DISABLE_TELEMETRY": "true",
-}
 # between two requests of metric points: about one a second, whatever the step rate (a request costs the training
 # process about a millisecond of CPU in Python's HTTP client; one a step cost 750 µs a step: docs/tracking.md)
 SEND_EVERY_S = 1.0
 BACKOFF_S = (1, 2, 5, 10, 30)  # between tries of a request the server did not answer, the last one repeated
-MAX_VALUE = 6000  # characters of a parameter's value that MLflow keeps (3.x); a tag's value is cut to the same
 CHANGED = "changed."  # a changed parameter's tag: changed.<key> = "<the run's value> -> <this job's value>"
 RESTARTS = "sagemaker.restarts"  # the tag that counts how often the run was continued
-# botocore's words, inside MLflow's wrapping, when sagemaker-mlflow cannot sign a request with the job's role
-CREDENTIALS = re.compile(r"Unable to locate credentials|ExpiredToken|InvalidClientTokenId|security token included")
 METRICS, OPEN = "log the metrics", "open the run"  # what two of the thread's requests do, as its lines say
-
-
-def flat(config: Mapping, prefix: str = "") -> dict[str, str]:
-    """A nested configuration as dotted keys and string values, as MLflow's parameters hold them: lists and other
-    values as JSON, a value cut to MAX_VALUE characters."""
-    out = {}
-    for name, value in config.items():
-        name = key(f"{prefix}{name}")
-        if isinstance(value, Mapping) and value:
-            out.update(flat(value, name + "."))
-        else:
-            text = value if isinstance(value, str) else json.dumps(value, default=str)
-            out[name] = text[:MAX_VALUE]
-    return out
-
-
-def shown(uri: str) -> str:
-    """`uri` without a user name or password, as lines and the run's record show it."""
-    try:
-        parts = urlsplit(uri)
-        if parts.username or parts.password:
-            return parts._replace(netloc=parts.netloc.rsplit("@", 1)[1]).geturl()
-    except ValueError:
-        pass
-    return uri
-
-
-def kind(e: BaseException) -> str:
-    """What a failed request means: "refused" (the credentials: 401, 403, none to sign with), "rejected" (the
-    server, or the client's own checks, found the request wrong: another 4xx) or "unreachable" (no answer, a timeout,
-    a 5xx, a 429: worth trying again). MLflow raises its transport failures with error_code INTERNAL_ERROR (500), as a
-    500 itself."""
-    if isinstance(e, FileNotFoundError | PermissionError | IsADirectoryError):  # an artifact's file
-        return "rejected"
-    code = getattr(e, "error_code", None)
-    if code in ("UNAUTHENTICATED", "PERMISSION_DENIED", "CUSTOMER_UNAUTHORIZED") or CREDENTIALS.search(str(e)):
-        return "refused"
-    status = e.get_http_status_code() if hasattr(e, "get_http_status_code") else 500
-    return "rejected" if 400 <= status < 500 and status != 429 else "unreachable"
-
-
-def why(e: BaseException) -> str:
-    """A failed request's reason, short: the socket's error or the timeout inside MLflow's and urllib3's wrapping
-    ("[Errno 111] Connection refused"), else the message's first 200 characters."""
-    message = " ".join(str(e).split())
-    found = re.search(r"\[Errno -?\d+\] [^'\")]+|Read timed out[^'\")]*|timed out", message)
-    return found.group(0).strip() if found else message[:200]
-
-
-@functools.cache  # a job logs the same few names at every step
-def key(name: str) -> str:
-    """`name` as MLflow takes a metric's or a parameter's key: characters it refuses (a whole request fails on one)
-    become "_", at most 250 characters."""
-    return re.sub(r"[^/\w.\- :]", "_", name)[:250]
 
 
 class Run:
@@ -120,7 +50,7 @@ class Run:
         opened: Callable[[str, str], None],
     ):
         self.uri, self.experiment, self.name, self.tags = uri, experiment, name, dict(tags)
-        self.shown = shown(uri)  # as the lines name the server
+        self.shown = shown_url(uri)  # as the lines name the server
         self.continues, self.opened = continues, opened
         self.run_id: str | None = None
         self.experiment_id: str | None = None
@@ -313,20 +243,3 @@ class Run:
 
     def _end(self, status: str) -> None:
         self.client.set_terminated(self.run_id, status)
-
-
-def connect(uri: str):
-    """An MlflowClient of `uri`, with DEFAULTS. The process's tracking URI is set to it too: sagemaker-mlflow's plugin
-    reads that one, not the client's, for the header that routes a request to the ARN's server. Its header provider,
-    called for every server, fails on an http(s) URI (a warning at each request): that warning is not shown there."""
-    for name, value in DEFAULTS.items():  # before MLflow reads them
-        os.environ.setdefault(name, value)
-    import logging
-
-    import mlflow
-    from mlflow.tracking import MlflowClient
-
-    mlflow.set_tracking_uri(uri)
-    if not uri.startswith("arn:"):
-        logging.getLogger("mlflow.tracking.request_header.registry").setLevel(logging.ERROR)
-    return MlflowClient(uri)

@@ -1,5 +1,5 @@
 """Experiment tracking in MLflow (SageMaker's managed MLflow included): one run per training job, continued across
-restarts, written by global rank 0 from a thread of its own (run.py) so that tracking never costs training.
+restarts, written by global rank 0 from a thread of its own (mlflow_run.py) so that tracking never costs training.
 
 Turned on by `mlflow.tracking_uri` (a setting, so a hyperparameter too) or, on SageMaker, by MLFLOW_TRACKING_URI in
 the job's environment, as AWS's examples pass it (Estimator(environment=...), ModelTrainer(environment=...),
@@ -26,95 +26,21 @@ turns it on (an MLFLOW_TRACKING_URI in a developer's shell is for their own tool
 import importlib.util
 import json
 import os
-import re
 import time
-from urllib.parse import urlsplit
 
+from sagemaker_lightning.cli.concern import Context, Part, listed
 from sagemaker_lightning.cli.lightning_package import attribute, made
-from sagemaker_lightning.cli.redact import redacted
+from sagemaker_lightning.cli.redact import redacted, shown_url
 from sagemaker_lightning.failure import UserError
-from sagemaker_lightning.launch.plan import global_rank_zero
 from sagemaker_lightning.lines import say
-from sagemaker_lightning.tracking.mlflow_run import shown
+from sagemaker_lightning.tracking.record import continued, read_record, write_record
+from sagemaker_lightning.tracking.uri import check_uri, experiment_name
 
-RECORD = "mlflow-run.json"  # the run a restarted job continues: in checkpoint.dirpath, and in model_dir
-DEFAULT_EXPERIMENT = "sagemaker-lightning"  # a run's experiment when nothing names one and no job name is known
 OPEN_WAIT_S = 5.0  # the most a fit's start waits for the run's id, where it needs it (system metrics, MLFlowLogger)
 STOP_WAIT_S = 5.0  # the most a stopped or failed fit waits for its last points and end state (after its checkpoint)
 FINISH_WAIT_S = 300.0  # the most a finished fit waits for them and its artifacts (model.pt uploads)
 SYSTEM_EVERY_S = 10.0  # between samples of a host's CPU, memory and GPU (MLflow's own default), unless the job sets
 # MLflow's MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL
-ARN = re.compile(r"arn:aws[a-z-]*:sagemaker:[a-z0-9-]+:\d{12}:mlflow-(tracking-server|app)/[A-Za-z0-9][A-Za-z0-9-]*")
-SDK_STAMP = re.compile(r"-\d{4}-\d{2}-\d{2}-\d{2}-\d{2}-\d{2}-\d{3}$")  # what the SDKs append to a job's base name
-
-
-def check_uri(uri: str) -> str:
-    """`uri` when it is an http(s) URL or a SageMaker MLflow ARN; else a UserError naming the forms."""
-    if uri.startswith("arn:"):
-        if not ARN.fullmatch(uri):
-            raise UserError(
-                f"the MLflow tracking URI {uri} is not a SageMaker MLflow ARN: expected arn:aws:sagemaker:<region>:"
-                "<12-digit account>:mlflow-tracking-server/<name> or ...:mlflow-app/<id> (copy it from the console "
-                "or `aws sagemaker list-mlflow-tracking-servers`)"
-            )
-        return uri
-    try:
-        parts = urlsplit(uri)
-        ok = parts.scheme in ("http", "https") and bool(parts.hostname) and parts.port != 0 and " " not in uri
-    except ValueError:  # a port that is not a number
-        ok = False
-    if not ok:
-        raise UserError(
-            f"the MLflow tracking URI {shown(uri)} is neither an http(s) URL (http://host:5000) nor a SageMaker "
-            "MLflow ARN (arn:aws:sagemaker:<region>:<account>:mlflow-tracking-server/<name>); set "
-            "MLFLOW_TRACKING_URI or mlflow.tracking_uri to one"
-        )
-    return uri
-
-
-def experiment_name(setting: str | None, env, own: str | None, job: str | None) -> str:
-    """The setting, MLFLOW_EXPERIMENT_NAME, a project's MLFlowLogger's (not Lightning's default), the job's base
-    name (SDK_STAMP removed), or DEFAULT_EXPERIMENT."""
-    own = None if own == "lightning_logs" else own
-    return setting or env.get("MLFLOW_EXPERIMENT_NAME") or own or (job and SDK_STAMP.sub("", job)) or DEFAULT_EXPERIMENT
-
-
-def read_record(dirpath: str | None) -> dict:
-    """RECORD in `dirpath` (a directory or an fsspec URL), {} when there is none or it does not read."""
-    if not dirpath:
-        return {}
-    import fsspec
-
-    try:
-        with fsspec.open(f"{dirpath.rstrip('/')}/{RECORD}", "r") as f:
-            record = json.load(f)
-        return record if isinstance(record, dict) else {}
-    except (OSError, ValueError):
-        return {}
-
-
-def write_record(dirpath: str, record: dict) -> None:
-    """RECORD in `dirpath` (a directory or an fsspec URL), whole or not at all."""
-    from sagemaker_lightning.checkpoints import atomic
-
-    atomic.write(f"{dirpath.rstrip('/')}/{RECORD}", json.dumps(record, indent=1).encode())
-
-
-def continued(env, record: dict, state: dict, job: str | None) -> str | None:
-    """The run to continue: MLFLOW_RUN_ID; else the one the checkpoint directory's RECORD, or else the checkpoint,
-    names for this same job (a job that resumes another job's checkpoints starts a run of its own, said in a line)."""
-    if env.get("MLFLOW_RUN_ID"):
-        return env["MLFLOW_RUN_ID"]
-    for found in (record, state):
-        if found.get("run_id"):
-            if found.get("job") == job:
-                return found["run_id"]
-            say(
-                f"mlflow: the checkpoints are job {found.get('job')}'s (run {found['run_id']}): this job starts a run "
-                f"of its own; MLFLOW_RUN_ID={found['run_id']} continues that one instead"
-            )
-            return None
-    return None
 
 
 class Tracker:
@@ -140,12 +66,8 @@ class Tracker:
     def load_state_dict(self, state_dict: dict) -> None:
         self._state = dict(state_dict)
 
-    def setup(self, trainer, pl_module, stage):
-        # after LastCheckpoint (which moves itself last): a stop's wait for the server comes after its checkpoint
-        trainer.callbacks = [c for c in trainer.callbacks if c is not self] + [self]
-
     def on_fit_start(self, trainer, pl_module):
-        from sagemaker_lightning.tracking import mlflow_run
+        from sagemaker_lightning.tracking import mlflow_client, mlflow_run
 
         if trainer.is_global_zero:
             dirpath = getattr(trainer.checkpoint_callback, "dirpath", None)  # the job's checkpoint directory
@@ -154,12 +76,12 @@ class Tracker:
 
             def opened(run_id: str, experiment_id: str) -> None:
                 kept = {"run_id": run_id, "experiment_id": experiment_id, "job": self.job}
-                kept["tracking_uri"] = shown(self.uri)
+                kept["tracking_uri"] = shown_url(self.uri)
                 for directory in filter(None, (dirpath, self.model_dir)):
                     write_record(directory, kept)
 
             self.run = mlflow_run.Run(self.uri, self.experiment, self.job, self.tags, continues, opened)
-            self.run.params(mlflow_run.flat(_loaded(self.config_yaml())))
+            self.run.params(mlflow_client.flat(_loaded(self.config_yaml())))
         if self.loggers or self.system_metrics:
             run_id = self.run.is_open.wait(OPEN_WAIT_S) and self.run.run_id if self.run else None
             for logger in self.loggers:
@@ -174,7 +96,7 @@ class Tracker:
         if not run_id:
             say("mlflow: no system metrics: the run was not open in time")
             return
-        from sagemaker_lightning.tracking.mlflow_run import connect
+        from sagemaker_lightning.tracking.mlflow_client import connect
 
         connect(self.uri)  # on this host too: the process's tracking URI, MLflow's settings
         try:  # psutil (which the image has: sagemaker-training's), and NVML's pynvml for GPUs where installed
@@ -195,15 +117,14 @@ class Tracker:
         step, n = trainer.global_step, trainer.log_every_n_steps
         if self.run is None or not (step == 1 or (n and step % n == 0)):
             return
-        from sagemaker_lightning.progress import batch_size, loss
+        from sagemaker_lightning.progress import loss, rate
 
         now, logged = time.monotonic(), {}
         if (value := loss(outputs)) is not None:
             logged["train/loss"] = value
         if step > self._since[1]:
-            size = batch_size(batch)
-            counted, size = ("images/s", size) if size is not None else ("batches/s", 1)
-            logged[counted] = size * trainer.world_size * (step - self._since[1]) / max(now - self._since[0], 1e-9)
+            counted, per_s = rate(batch, trainer.world_size, step - self._since[1], now - self._since[0])
+            logged[f"{counted}/s"] = per_s
         self._since = (now, step)
         self.run.log(logged, step)
 
@@ -241,7 +162,7 @@ def _through(tracker: Tracker, logger) -> None:
     """A project's MLFlowLogger logs into the tracker's run, through its thread: its metrics with the same rule on
     steps, its hyperparameters as parameters (a changed one never fails the fit), its end state the tracker's; its
     `experiment` is a client of the tracker's server, its run_id the tracker's run once open (OPEN_WAIT_S)."""
-    from sagemaker_lightning.tracking import mlflow_run
+    from sagemaker_lightning.tracking import mlflow_client
 
     def log_metrics(metrics, step=None):
         if tracker.run is not None:
@@ -251,26 +172,26 @@ def _through(tracker: Tracker, logger) -> None:
     def log_hyperparams(params):
         if tracker.run is not None:  # redacted as the configuration is (redact.py)
             params = json.loads(json.dumps(params if isinstance(params, dict) else vars(params), default=str))
-            tracker.run.params(mlflow_run.flat(redacted(params)))
+            tracker.run.params(mlflow_client.flat(redacted(params)))
 
     logger._tracking_uri = tracker.uri
     logger._initialized = True  # Lightning touches `experiment` before the fit: no run of its own is made there
-    logger._mlflow_client = mlflow_run.connect(tracker.uri)
+    logger._mlflow_client = mlflow_client.connect(tracker.uri)
     logger.log_metrics, logger.log_hyperparams = log_metrics, log_hyperparams
     logger.finalize = lambda status="success": None  # the tracker sets the end state
 
 
-def callbacks(pl, plan, config, logger, config_yaml) -> list:
-    """The Tracker when tracking is on (module docstring): `config`, the resolved settings (mlflow.*, model_dir);
-    `logger`, the trainer's logger argument (one or a list), where a project's MLFlowLogger may be."""
+def concern(ctx: Context) -> Part:
+    """The Tracker when tracking is on (module docstring), after every checkpoint callback: a stop's wait for the
+    server comes after its checkpoint. A project's MLFlowLogger (trainer.logger: one or a list) logs through it."""
+    pl, plan, config = ctx.pl, ctx.plan, ctx.config
     mlflow_logger = attribute(pl, "loggers.MLFlowLogger")
-    listed = logger if isinstance(logger, list | tuple) else [logger]
-    own = [item for item in listed if isinstance(item, mlflow_logger)]
+    own = [item for item in listed(ctx.trainer.get("logger")) if isinstance(item, mlflow_logger)]
     uri = config["mlflow.tracking_uri"] or (os.environ.get("MLFLOW_TRACKING_URI") if plan.on_sagemaker else None)
     if not uri and own and plan.on_sagemaker and own[0]._tracking_uri.startswith(("http", "arn:")):
         uri = own[0]._tracking_uri
     if not uri:
-        return []
+        return Part()
     check_uri(uri)
     needed = {"mlflow": "mlflow-skinny", **({"sagemaker_mlflow": "sagemaker-mlflow"} if uri.startswith("arn:") else {})}
     for module, package in needed.items():
@@ -278,7 +199,7 @@ def callbacks(pl, plan, config, logger, config_yaml) -> list:
             raise UserError(f"tracking in MLflow needs {package}, which is not installed: pip install {package}")
     if config["mlflow.log_model"] and not config["model_dir"]:
         say("mlflow: mlflow.log_model logs model_dir's model.pt and config.yaml, but model_dir is not set: none")
-    job = os.environ.get("TRAINING_JOB_NAME")
+    job = plan.job_name
     tags = {}
     if plan.on_sagemaker:
         tags = {"sagemaker.job_name": job or "", "sagemaker.hosts": ",".join(plan.hosts)}
@@ -295,16 +216,16 @@ def callbacks(pl, plan, config, logger, config_yaml) -> list:
         config["model_dir"],
         config["mlflow.log_model"],
         config["mlflow.system_metrics"],
-        config_yaml,
+        ctx.config_yaml,
         own,
     )
     for item in own:
         _through(tracker, item)
-    if own and global_rank_zero(plan, os.environ):
-        say(f"mlflow: trainer.logger's MLFlowLogger logs into the job's run on {shown(uri)} (the runtime's rules)")
+    if own and ctx.rank_zero:
+        say(f"mlflow: trainer.logger's MLFlowLogger logs into the job's run on {shown_url(uri)} (the runtime's rules)")
         if any(item._log_model for item in own):
             say(
                 "mlflow: MLFlowLogger(log_model=...) uploads checkpoints itself, on the training thread, unbounded: "
                 "mlflow.log_model=true logs model.pt and config.yaml from the run's thread instead"
             )
-    return [tracker]
+    return Part(after_checkpoints=[tracker])

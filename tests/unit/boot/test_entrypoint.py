@@ -1,5 +1,5 @@
-"""The image's entrypoint: which network interface replaces one the container lacks, a bad dist_timeout, who gets
-SIGTERM (not a process on a stale registration's PID), and how long what the command leaves gets once it ends."""
+"""The image's entrypoint: who gets SIGTERM (not a process on a stale registration's PID), and how long what the
+command leaves gets once it ends (what it prepares: test_prepare.py; a bad dist_timeout: launch/test_plan.py)."""
 
 import json
 import os
@@ -10,60 +10,20 @@ import time
 
 import pytest
 
-from sagemaker_lightning.boot import entrypoint
-from sagemaker_lightning.failure import UserError
-
 pytestmark = pytest.mark.unit
-
-ROUTES = """Iface\tDestination\tGateway \tFlags\tRefCnt\tUse\tMetric\tMask\t\tMTU\tWindow\tIRTT
-eth0\t00000000\t010012AC\t0003\t0\t0\t0\t00000000\t0\t0\t0
-eth0\t000012AC\t00000000\t0001\t0\t0\t0\t0000FFFF\t0\t0\t0
-"""
-
-
-def test_default_interface_is_the_default_routes():
-    assert entrypoint.default_interface(ROUTES) == "eth0"
-    assert entrypoint.default_interface(ROUTES.splitlines()[0]) is None
-
-
-def test_a_missing_interface_is_replaced():
-    config = {"current_host": "algo-1", "hosts": ["algo-1", "algo-2"], "network_interface_name": "ethwe"}
-    assert entrypoint.repaired(config, {"lo", "eth0"}, "eth0") == {**config, "network_interface_name": "eth0"}
-
-
-def test_an_existing_interface_stays():
-    config = {"current_host": "algo-1", "hosts": ["algo-1"], "network_interface_name": "eth0"}
-    assert entrypoint.repaired(config, {"lo", "eth0"}, "eth0") is None
-    assert entrypoint.repaired({**config, "network_interface_name": "ethwe"}, {"lo"}, None) is None  # nothing better
-
-
-def test_unresolved_names_the_host():
-    assert entrypoint.unresolved(["localhost"], 1) is None
-    assert entrypoint.unresolved(["localhost", "no-such-host.invalid"], 0) == "no-such-host.invalid"
-
-
-def test_a_bad_dist_timeout_is_one_line_at_pid_1():
-    for given in ("ten", "None", "0", -5, 1.5, True):
-        with pytest.raises(UserError, match=r"dist_timeout=.* is not a positive whole number of seconds; e\.g\. 600"):
-            entrypoint.dist_timeout({"dist_timeout": given})
-    assert entrypoint.dist_timeout({"dist_timeout": "30"}) == entrypoint.dist_timeout({"dist_timeout": 30}) == 30
-    # SDK 2.x's Estimator with source_dir JSON-encodes every value; run_sagemaker.py passes words as strings
-    assert entrypoint.dist_timeout({"dist_timeout": '"30"'}) == 30
-    with pytest.raises(UserError, match="dist_timeout='-3' is not"):
-        entrypoint.dist_timeout({"dist_timeout": '"-3"'})
-    with pytest.raises(UserError, match=r"dist_timeout=100000000000000 must be .* at most 2419200 \(28 days"):
-        entrypoint.dist_timeout({"dist_timeout": "100000000000000"})  # timedelta's range: a traceback before
-
 
 # A launcher (as torchrun, mpirun or the toolkit are) that starts a trainer; each records the SIGTERM it receives
 LAUNCHER = """
 import os, signal, subprocess, sys
+stopped = []
 def stop(*args):  # after its trainer ended, or before (which could end the trainer before its checkpoint)
     when = "after" if os.path.exists(os.path.join(sys.argv[1], "trainer")) else "before"
     open(os.path.join(sys.argv[1], f"launcher {when} the trainer"), "w").close()
+    stopped.append(args[0])
 signal.signal(signal.SIGTERM, stop)
 subprocess.run([sys.executable, "-c", sys.argv[2], sys.argv[1]])
-signal.pause()  # as torchrun with --max-restarts would restart the trainer: it ends when it is signalled
+if not stopped:  # signalled while it still waited for its trainer's exit: it ends now
+    signal.pause()  # as torchrun with --max-restarts would restart the trainer: it ends when it is signalled
 """
 TRAINER = """
 import os, signal, sys, time

@@ -21,7 +21,7 @@ from lightning.pytorch.demos.boring_classes import BoringModel
 from sharded_save import save
 from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_optimizer_state_dict
 
-from sagemaker_lightning.checkpoints import io, resume, sharded_saves
+from sagemaker_lightning.checkpoints import io, location, resume, sharded_saves
 from sagemaker_lightning.checkpoints.export import Export
 from sagemaker_lightning.checkpoints.io import UnsafeGlobal
 from sagemaker_lightning.checkpoints.last import LastCheckpoint, confined
@@ -174,7 +174,9 @@ def test_checkpoint_state_naming_paths_outside_checkpoint_dirpath_deletes_nothin
     assert trainer.global_step == 4
     assert fsspec.open(bucket, "rb").open().read() == b"kept"
     assert (tmp_path / "other" / "victim.ckpt").read_bytes() == b"kept"
-    assert all(io.inside(p, trainer.checkpoint_callback.dirpath) for p in trainer.checkpoint_callback.best_k_models)
+    assert all(
+        location.inside(p, trainer.checkpoint_callback.dirpath) for p in trainer.checkpoint_callback.best_k_models
+    )
     out = capsys.readouterr().out
     assert f"ModelCheckpoint's state in the checkpoint names {escaped}, {bucket}, outside checkpoint.dirpath" in out
     fsspec.filesystem("memory").rm(bucket)
@@ -235,7 +237,7 @@ def test_the_export_reads_no_best_checkpoint_outside_checkpoint_dirpath(tmp_path
     ],
 )
 def test_inside_compares_normalised_paths_and_urls(path, dirpath, inside):
-    assert io.inside(path, dirpath) is inside
+    assert location.inside(path, dirpath) is inside
 
 
 def test_a_checkpoint_holding_a_path_in_its_hyperparameters_resumes(tmp_path, capsys):

@@ -31,6 +31,8 @@ from lightning.pytorch.demos.boring_classes import BoringModel
 from sagemaker_lightning import LightningCLI
 from sagemaker_lightning.checkpoints import concern as checkpoints
 from sagemaker_lightning.checkpoints import export
+from sagemaker_lightning.checkpoints.io import AtomicCheckpointIO
+from sagemaker_lightning.cli.lightning_package import made
 
 pytestmark = pytest.mark.unit
 
@@ -68,7 +70,7 @@ def resuming(rank: int) -> dict:
                     state = {"state_dict": model.state_dict(), "optimizer_states": [], "loops": {}, "global_step": step}
                     torch.save(state, f)
         point = checkpoints.resume_point(SimpleNamespace(dirpath=dirpath), model, False, rank == 0)
-        (checkpoint_io,) = checkpoints.plugins(lightning.pytorch, True, point)
+        checkpoint_io = made(AtomicCheckpointIO, lightning.pytorch)(point)
         try:
             step = checkpoint_io.load_checkpoint(point.candidate)["global_step"]
         except Exception as e:  # a copy that does not load: this rank fails, it does not train from another step

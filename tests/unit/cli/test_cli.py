@@ -170,7 +170,7 @@ def test_num_classes_is_linked_from_the_data_module(archive_dir):
         ({"preflight": "bogus"}, "preflight=bogus is not valid (expected one of 'warn', 'fail', 'off')"),
         ({"model.arch": "vit_b_16"}, "model.arch='vit_b_16' cannot take the data's 32×32 images (Wrong image height!"),
         ({"model.arch": "inception_v3"}, "model.arch='inception_v3' cannot take the data's 32×32 images ("),
-        (  # tracking's URI as a hyperparameter (tracking.py): checked before the trainer is made
+        (  # tracking's URI as a hyperparameter (tracking/uri.py): checked before the trainer is made
             {"mlflow.tracking_uri": "arn:aws:sagemaker:us-east-1:1234:mlflow-app/x"},
             "arn:aws:sagemaker:us-east-1:1234:mlflow-app/x is not a SageMaker MLflow ARN",
         ),

@@ -48,7 +48,7 @@ TABLE = {
 
 
 def test_fsdp_on_a_gpu_without_bf16_trains_in_fp32():
-    """sharding.py refuses 16-mixed (no sharded fp16 gradient scaler): on a V100 or T4 fsdp gets 32-true, not an error."""
+    """fsdp.py refuses 16-mixed (no sharded fp16 gradient scaler): on a V100 or T4 fsdp gets 32-true, not an error."""
     assert choose(gpu(7, 0), strategy="fsdp").precision == "32-true"
     assert choose(gpu(8, 0), strategy="fsdp").precision == "bf16-mixed"
     assert choose(gpu(7, 5), "16-mixed", strategy="fsdp").precision == "16-mixed"  # set: the project's (refused later)

@@ -338,11 +338,12 @@ def test_every_rank_reaches_rank_0s_verdict_and_preflight_off_runs_nothing(free_
 
 
 def test_preflight_off_reaches_the_check_from_the_settings():
-    """cli.py builds pre-flight with callbacks(): the setting's value is the check's mode."""
+    """The hub builds pre-flight with its concern(): the setting's value is the check's mode."""
     import pytorch_lightning  # here, not at the top: the processes above import this file, and need no Lightning
 
     env = {"SM_HOSTS": json.dumps(HOSTS), "SM_CURRENT_HOST": "algo-1"}
-    (check,) = preflight.callbacks(
-        pytorch_lightning, make_plan(env, {"eth0"}), {"preflight": "off", "preflight_min_busbw": 5}
-    )
+    from sagemaker_lightning.cli.concern import Context
+
+    config = {"preflight": "off", "preflight_min_busbw": 5}
+    (check,) = preflight.concern(Context(pytorch_lightning, make_plan(env, {"eth0"}), config)).callbacks
     assert (check.mode, check.min_busbw) == ("off", 5)

@@ -9,6 +9,7 @@ import time
 import pytest
 import pytorch_lightning
 
+from sagemaker_lightning import lines
 from sagemaker_lightning.cli import lightning_package
 from sagemaker_lightning.health import stragglers, watchdog
 
@@ -38,7 +39,7 @@ def test_the_straggler_is_the_host_the_others_wait_for():
     # 2 hosts: the median is their mean; algo-1 waited 8 of the 30 s: its own time is 22 s of algo-2's 30
     slowest, ratio = stragglers.spread(late, span, hosts)
     assert slowest == "algo-2" and ratio == pytest.approx(30 / 22)
-    assert stragglers.words((slowest, ratio)) == " hosts: slowest algo-2 1.36x the median"
+    assert lines.spread((slowest, ratio)) == " hosts: slowest algo-2 1.36x the median"
     assert stragglers.warning((slowest, ratio)).startswith("warning: host algo-2 is a straggler: its steps take 1.4x")
     assert stragglers.warning(("algo-2", stragglers.SLOW - 0.01)) is None
 
@@ -48,7 +49,7 @@ def test_no_spread_without_two_hosts_or_common_collectives():
     assert stragglers.lateness({0: {"0:1": S}, 1: {"0:2": S}}) == ({}, 0.0)  # none recorded by both
     few = {r: {f"0:{i}": i * S for i in range(stragglers.FEWEST - 1)} for r in range(2)}
     assert stragglers.lateness(few) == ({}, 0.0)  # too few to tell
-    assert stragglers.words(None) == ""
+    assert lines.spread(None) == ""
 
 
 def heartbeats(straggler: int) -> dict[int, dict]:
@@ -71,7 +72,7 @@ def test_a_straggler_is_named_at_most_once_in_warn_every_s(capsys):
         records = heartbeats(straggler)
         for now[0] in (start + period * i for i in range(int(1000 / period))):
             dog._compare(records, time.time())
-            assert dog.spread.startswith(f" hosts: slowest algo-{straggler + 1} ")
+            assert dog.status.spread.startswith(f" hosts: slowest algo-{straggler + 1} ")
             said = capsys.readouterr().out
             warned += [(now[0], line.split()[2]) for line in said.splitlines() if "is a straggler" in line]
     every = stragglers.WARN_EVERY_S

@@ -9,6 +9,7 @@ import traceback
 import pytest
 
 from sagemaker_lightning.health import heartbeats, watchdog
+from sagemaker_lightning.health.status import Status
 from sagemaker_lightning.launch.plan import FR_BUFFER_SIZE, make_plan
 
 pytestmark = pytest.mark.unit
@@ -108,6 +109,7 @@ def test_the_flight_recorder_is_on_for_sagemaker_jobs_unless_the_job_sets_it():
 
 
 def test_a_busy_mark_lasts_for_its_block_only():
-    with watchdog.busy("writing last.ckpt"):
-        assert watchdog._busy == "writing last.ckpt"
-    assert watchdog._busy is None
+    status = Status()
+    with status.busy("writing last.ckpt"):
+        assert status.doing == "writing last.ckpt"
+    assert status.doing is None

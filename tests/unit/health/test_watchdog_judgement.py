@@ -116,24 +116,20 @@ def test_the_derived_timeout_is_ten_median_steps_and_at_least_the_floor(job, ste
 def test_a_hang_in_the_first_steps_ends_after_the_floor_and_a_first_step_that_compiles_is_none(job):
     """Defaults (no training_timeout): rank 0's first step compiles for three floors while rank 1 waits for it in
     the first all-reduce: no hang (rank 0's busy mark). Rank 0 then freezes (SIGSTOP: no heartbeat) at the start of
-    step 2: rank 1 ends after the floor, not dist_timeout, naming rank 0. (Both ranks share this process's busy mark:
-    each rank's tick runs with its own.)"""
+    step 2: rank 1 ends after the floor, not dist_timeout, naming rank 0."""
     entries: list = []
     zero, one = job.rank(0, entries=[], given=None), job.rank(1, entries=entries, given=None)
     steps(one, 0)  # rank 1's first step is done; it waits in the all-reduce of rank 0's first step
     entries.append(job.entry(1, 0, retired=False))
     zero.on_train_batch_start(None, None, None, 0)
-    assert watchdog._busy == watchdog.FIRST_STEP
+    assert zero.status.doing == watchdog.FIRST_STEP
     for _ in range(int(3 * watchdog.FLOOR_S / heartbeats.PERIOD_S)):
         job.advance(heartbeats.PERIOD_S)
-        watchdog._busy = watchdog.FIRST_STEP
         zero.tick()
-        watchdog._busy = None
         one.tick()  # no line: rank 0 is busy
     entries[-1]["retired"] = True  # rank 0's first step ends; a second one, quick, on both
-    watchdog._busy = watchdog.FIRST_STEP
     zero.on_train_batch_end(SimpleNamespace(global_step=1), None, None, None, 0)
-    assert watchdog._busy is None
+    assert zero.status.doing is None
     steps(zero, 1)
     steps(one, 1)
     job.advance(1.0)
@@ -181,7 +177,7 @@ def test_with_the_flight_recorder_the_oldest_unfinished_collective_is_the_trigge
 def test_a_rank_writing_a_checkpoint_is_no_hang_without_the_flight_recorder(job):
     """Its own main thread makes no progress while it writes: it judges nothing until a timeout after the write."""
     wd = job.rank(0)
-    with watchdog.busy("writing last.ckpt"):
+    with wd.status.busy("writing last.ckpt"):
         job.advance(10 * LIMIT)
         wd.tick()
     job.advance(LIMIT - 1)
@@ -199,7 +195,7 @@ def test_a_peer_writing_a_checkpoint_is_no_hang(job, recorder):
     writer, waiter = job.rank(0, [job.entry(6, 0, retired=True)]), job.rank(1, entries)
     job.advance(LIMIT + 1)
     for _ in range(5):
-        with watchdog.busy("writing last.ckpt"):  # the mark is the process's: rank 0's only here
+        with writer.status.busy("writing last.ckpt"):  # the mark is the process's: rank 0's
             writer.tick()
         waiter.tick()  # past the timeout: it reads rank 0's busy mark
         job.advance(watchdog.PERIOD_S)
@@ -217,7 +213,7 @@ def test_a_peer_writing_a_checkpoint_is_no_hang(job, recorder):
 def test_a_busy_peer_whose_heartbeat_stopped_is_a_hang(job):
     """A rank that was writing and then stopped (SIGSTOP, a frozen host) does not hold the judgement off."""
     writer, waiter = job.rank(0, [job.entry(6, 0, retired=True)]), job.rank(1)
-    with watchdog.busy("writing last.ckpt"):
+    with writer.status.busy("writing last.ckpt"):
         writer.tick()
     job.advance(LIMIT + 1)
     with pytest.raises(Ended) as ended:
@@ -343,7 +339,7 @@ def test_a_silent_store_ends_no_rank_that_writes_a_checkpoint(job, silent_store)
     wd = job.rank(0)
     wd.link, _ = silent_store
     job.advance(LIMIT + 1)
-    with watchdog.busy("writing last.ckpt"):
+    with wd.status.busy("writing last.ckpt"):
         wd.tick()
 
 

@@ -6,7 +6,7 @@ import pytest
 
 from sagemaker_lightning.failure import UserError
 from sagemaker_lightning.launch.network import network_env
-from sagemaker_lightning.launch.plan import check_world_size, make_plan
+from sagemaker_lightning.launch.plan import dist_timeout, make_plan
 from sagemaker_lightning.parallel import strategy
 
 pytestmark = pytest.mark.unit
@@ -346,15 +346,6 @@ def test_the_data_channel():
         plan(sagemaker(channels=("train",))).data_dir()
 
 
-def test_world_size_check():
-    check_world_size(plan({}), 1, 1)  # outside a job: nothing to check
-    check_world_size(plan(HOSTS), 2, 1)
-    with pytest.raises(UserError, match="trainer.num_nodes=1 but the job has 2 hosts"):
-        check_world_size(plan(HOSTS), 1, 1)
-    with pytest.raises(UserError, match="trainer.devices=1 but the launcher started 2 processes per host"):
-        check_world_size(plan(TORCHRUN), 2, 1)
-
-
 def test_torchrun_command():
     p = plan({**HOSTS, "TRAINING_JOB_NAME": "job-1", "SM_NUM_GPUS": "4"}, timeout_s=30)
     assert strategy.torchrun_command(p, "py", ["train.py", "--a", "1"]) is None  # LAUNCHER=lightning: Lightning
@@ -369,3 +360,16 @@ def test_torchrun_command():
     assert strategy.torchrun_command(plan({**TORCHRUN, "LAUNCHER": "torchrun"}), "py", ["train.py"]) is None
     with pytest.raises(UserError, match="LAUNCHER='deepspeed' is not one of lightning, torchrun"):
         plan({**HOSTS, "LAUNCHER": "deepspeed"})
+
+
+def test_a_bad_dist_timeout_is_one_line_at_pid_1():
+    for given in ("ten", "None", "0", -5, 1.5, True):
+        with pytest.raises(UserError, match=r"dist_timeout=.* is not a positive whole number of seconds; e\.g\. 600"):
+            dist_timeout({"dist_timeout": given})
+    assert dist_timeout({"dist_timeout": "30"}) == dist_timeout({"dist_timeout": 30}) == 30
+    # SDK 2.x's Estimator with source_dir JSON-encodes every value; run_sagemaker.py passes words as strings
+    assert dist_timeout({"dist_timeout": '"30"'}) == 30
+    with pytest.raises(UserError, match="dist_timeout='-3' is not"):
+        dist_timeout({"dist_timeout": '"-3"'})
+    with pytest.raises(UserError, match=r"dist_timeout=100000000000000 must be .* at most 2419200 \(28 days"):
+        dist_timeout({"dist_timeout": "100000000000000"})  # timedelta's range: a traceback before

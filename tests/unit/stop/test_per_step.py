@@ -1,5 +1,5 @@
 """What the runtime does at every training step, kept cheap (scripts/bench_overhead.py measures it) without losing
-what it is for: the stop agreement (stop.StopTogether) between two real gloo processes, at training steps and in a
+what it is for: the stop agreement (agreement.StopTogether) between two real gloo processes, at training steps and in a
 validation whose ranks run different numbers of batches, the per-batch seeding (resumable.seed_all), and the hooks
 Lightning need not call (lightning_package.made).
 

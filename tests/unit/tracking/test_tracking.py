@@ -1,4 +1,5 @@
-"""Experiment tracking's rules without a server (tracker.py, mlflow_run.py): which URIs are taken, which run a job
+"""Experiment tracking's rules without a server (tracking/: uri.py, record.py, tracker.py, mlflow_run.py,
+mlflow_client.py): which URIs are taken, which run a job
 continues, how a configuration becomes parameters, what a failed request means, and that a server nobody answers at
 costs a job one line and a bounded wait. tests/toolkit/test_tracking_toolkit.py runs jobs against a real server."""
 
@@ -13,10 +14,12 @@ from mlflow.protos import databricks_pb2 as codes
 
 import train
 from sagemaker_lightning.boot import signals
+from sagemaker_lightning.cli.concern import Context
+from sagemaker_lightning.cli.redact import shown_url
 from sagemaker_lightning.failure import UserError
 from sagemaker_lightning.launch.plan import make_plan
-from sagemaker_lightning.tracking import mlflow_run
-from sagemaker_lightning.tracking import tracker as tracking
+from sagemaker_lightning.tracking import mlflow_client, mlflow_run, record, tracker
+from sagemaker_lightning.tracking.uri import DEFAULT_EXPERIMENT, check_uri, experiment_name
 
 pytestmark = pytest.mark.unit
 
@@ -28,7 +31,7 @@ APP = "arn:aws-cn:sagemaker:cn-north-1:123456789012:mlflow-app/app-ABC123"
     "uri", ["http://127.0.0.1:5000", "https://mlflow.example.com/prefix", "http://user:secret@host:80", SERVER, APP]
 )
 def test_an_http_url_or_a_sagemaker_mlflow_arn_is_taken(uri):
-    assert tracking.check_uri(uri) == uri
+    assert check_uri(uri) == uri
 
 
 @pytest.mark.parametrize(
@@ -48,7 +51,7 @@ def test_an_http_url_or_a_sagemaker_mlflow_arn_is_taken(uri):
 )
 def test_a_malformed_uri_or_arn_is_one_line_naming_the_forms(uri, message):
     with pytest.raises(UserError) as e:
-        tracking.check_uri(uri)
+        check_uri(uri)
     assert message in str(e.value) and "\n" not in str(e.value)
     assert "secret" not in str(e.value)
 
@@ -76,68 +79,68 @@ def test_on_sagemaker_the_variable_turns_it_on_elsewhere_the_setting_alone(monke
     import lightning.pytorch as pl
 
     monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://127.0.0.1:5000")
-    monkeypatch.setenv("TRAINING_JOB_NAME", "cifar-2026-11-27-18-34-51-123")
     job = {"SM_HOSTS": '["algo-1","algo-2"]', "SM_CURRENT_HOST": "algo-1", "SM_CURRENT_INSTANCE_TYPE": "ml.g5.xlarge"}
+    job["TRAINING_JOB_NAME"] = "cifar-2026-11-27-18-34-51-123"  # the plan reads the job's name with its environment
     on, off = make_plan(job, {"eth0"}), make_plan({}, set())
-    (tracker,) = tracking.callbacks(pl, on, SETTINGS, None, str)
-    assert (tracker.uri, tracker.experiment, tracker.job) == (
+    (made,) = tracker.concern(Context(pl, on, SETTINGS)).after_checkpoints
+    assert (made.uri, made.experiment, made.job) == (
         "http://127.0.0.1:5000",
         "cifar",
-        os.environ["TRAINING_JOB_NAME"],
+        job["TRAINING_JOB_NAME"],
     )
-    assert tracker.tags == {
-        "sagemaker.job_name": tracker.job,
+    assert made.tags == {
+        "sagemaker.job_name": made.job,
         "sagemaker.hosts": "algo-1,algo-2",
         "sagemaker.instance_type": "ml.g5.xlarge",
     }
-    assert tracking.callbacks(pl, off, SETTINGS, None, str) == []  # a developer's shell variable is not a setting
+    assert tracker.concern(Context(pl, off, SETTINGS)).after_checkpoints == []  # a shell variable is not a setting
     given = {**SETTINGS, "mlflow.tracking_uri": "https://mlflow.example.com"}
-    (tracker,) = tracking.callbacks(pl, off, given, None, str)
-    assert tracker.uri == "https://mlflow.example.com" and tracker.tags == {}
+    (made,) = tracker.concern(Context(pl, off, given)).after_checkpoints
+    assert made.uri == "https://mlflow.example.com" and made.tags == {}
 
 
 def test_the_experiment_is_the_setting_the_variable_the_loggers_or_the_jobs_base_name():
     job = "cifar-2026-11-27-18-34-51-123"
-    assert tracking.experiment_name("mine", {"MLFLOW_EXPERIMENT_NAME": "env"}, "own", job) == "mine"
-    assert tracking.experiment_name(None, {"MLFLOW_EXPERIMENT_NAME": "env"}, "own", job) == "env"
-    assert tracking.experiment_name(None, {}, "own", job) == "own"
-    assert tracking.experiment_name(None, {}, "lightning_logs", job) == "cifar"  # Lightning's default names nothing
-    assert tracking.experiment_name(None, {}, None, "my-job") == "my-job"
-    assert tracking.experiment_name(None, {}, None, None) == tracking.DEFAULT_EXPERIMENT
+    assert experiment_name("mine", {"MLFLOW_EXPERIMENT_NAME": "env"}, "own", job) == "mine"
+    assert experiment_name(None, {"MLFLOW_EXPERIMENT_NAME": "env"}, "own", job) == "env"
+    assert experiment_name(None, {}, "own", job) == "own"
+    assert experiment_name(None, {}, "lightning_logs", job) == "cifar"  # Lightning's default names nothing
+    assert experiment_name(None, {}, None, "my-job") == "my-job"
+    assert experiment_name(None, {}, None, None) == DEFAULT_EXPERIMENT
 
 
 def test_a_restart_continues_its_jobs_run_and_another_jobs_checkpoints_start_a_new_one(capsys):
     mine, theirs = {"run_id": "r1", "job": "a"}, {"run_id": "r0", "job": "b"}
-    assert tracking.continued({}, mine, {}, "a") == "r1"  # the checkpoint directory's record
-    assert tracking.continued({}, {}, mine, "a") == "r1"  # the checkpoint's, where the record is gone
-    assert tracking.continued({"MLFLOW_RUN_ID": "r9"}, mine, mine, "a") == "r9"  # the explicit one wins
-    assert tracking.continued({}, {}, {}, "a") is None
+    assert record.continued({}, mine, {}, "a") == "r1"  # the checkpoint directory's record
+    assert record.continued({}, {}, mine, "a") == "r1"  # the checkpoint's, where the record is gone
+    assert record.continued({"MLFLOW_RUN_ID": "r9"}, mine, mine, "a") == "r9"  # the explicit one wins
+    assert record.continued({}, {}, {}, "a") is None
     assert capsys.readouterr().out == ""
-    assert tracking.continued({}, theirs, {}, "a") is None
+    assert record.continued({}, theirs, {}, "a") is None
     assert "MLFLOW_RUN_ID=r0 continues that one instead" in capsys.readouterr().out
 
 
 def test_a_uri_is_shown_without_its_password():
-    assert mlflow_run.shown("https://user:secret@mlflow.example.com:443/x") == "https://mlflow.example.com:443/x"
-    assert mlflow_run.shown(SERVER) == SERVER
+    assert shown_url("https://user:secret@mlflow.example.com:443/x") == "https://mlflow.example.com:443/x"
+    assert shown_url(SERVER) == SERVER
 
 
 def test_the_record_is_written_whole_and_read_back(tmp_path):
-    assert tracking.read_record(str(tmp_path)) == {} and tracking.read_record(None) == {}
-    tracking.write_record(str(tmp_path / "ckpts"), {"run_id": "r1", "job": "a"})
-    assert tracking.read_record(str(tmp_path / "ckpts")) == {"run_id": "r1", "job": "a"}
-    assert os.listdir(tmp_path / "ckpts") == [tracking.RECORD]  # no partial file left
-    (tmp_path / "ckpts" / tracking.RECORD).write_text("{cut sh")
-    assert tracking.read_record(str(tmp_path / "ckpts")) == {}
+    assert record.read_record(str(tmp_path)) == {} and record.read_record(None) == {}
+    record.write_record(str(tmp_path / "ckpts"), {"run_id": "r1", "job": "a"})
+    assert record.read_record(str(tmp_path / "ckpts")) == {"run_id": "r1", "job": "a"}
+    assert os.listdir(tmp_path / "ckpts") == [record.RECORD]  # no partial file left
+    (tmp_path / "ckpts" / record.RECORD).write_text("{cut sh")
+    assert record.read_record(str(tmp_path / "ckpts")) == {}
 
 
 def test_a_configuration_becomes_dotted_parameters_with_keys_and_values_mlflow_takes():
     config = {"trainer": {"max_epochs": 3, "callbacks": [{"class_path": "x"}], "logger": None}, "a b[0]": "s" * 7000}
-    params = mlflow_run.flat(config)
+    params = mlflow_client.flat(config)
     assert params["trainer.max_epochs"] == "3" and params["trainer.logger"] == "null"
     assert params["trainer.callbacks"] == '[{"class_path": "x"}]'
-    assert params["a b_0_"] == "s" * mlflow_run.MAX_VALUE  # a key MLflow refuses is mended, a long value cut
-    assert mlflow_run.flat({"empty": {}}) == {"empty": "{}"}
+    assert params["a b_0_"] == "s" * mlflow_client.MAX_VALUE  # a key MLflow refuses is mended, a long value cut
+    assert mlflow_client.flat({"empty": {}}) == {"empty": "{}"}
 
 
 @pytest.mark.parametrize(
@@ -156,7 +159,7 @@ def test_a_configuration_becomes_dotted_parameters_with_keys_and_values_mlflow_t
     ],
 )
 def test_a_failed_request_is_retried_only_where_an_answer_may_come(error, meaning):
-    assert mlflow_run.kind(error) == meaning
+    assert mlflow_client.kind(error) == meaning
 
 
 def test_a_server_nobody_answers_at_costs_one_line_and_a_bounded_end(free_port, capsys):

@@ -10,6 +10,9 @@ from sagemaker_lightning.failure import UserError
 
 DEFAULT_MASTER_PORT = "29500"  # torch.distributed's own default, where the platform names none
 DEFAULT_TIMEOUT_S = 600  # seconds a rank waits for the others (dist_timeout); torch's own default is 30 minutes
+# Plan.launcher's value for a process the platform started one per host: Lightning starts one process per device from
+# it, or the torchrun of Cluster.torchrun does; the launch line's word
+PER_HOST = "process"
 
 
 @dataclass(frozen=True)
@@ -17,7 +20,7 @@ class Cluster:
     """What a platform's variables say about this process's job."""
 
     platform: str  # the platform's name, as the launch line says it: "SageMaker", "Kubeflow", "Slurm", ...
-    launcher: str  # who starts the training processes: "process" (Lightning), "torchrun", "mpirun" or "srun"
+    launcher: str  # who started this process: PER_HOST (the platform, one a host), "torchrun", "mpirun" or "srun"
     hosts: tuple[str, ...]  # the job's hosts, by node rank; a host whose name the platform does not say: node-<i>
     node_rank: int  # this host's index in `hosts`
     processes_per_host: int  # training processes on each host

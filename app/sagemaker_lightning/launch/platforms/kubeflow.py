@@ -1,5 +1,4 @@
-"""Kubeflow's training operator: a PyTorchJob (training-operator v1) or a TrainJob (Trainer v2), and any launcher that
-sets torch's own MASTER_ADDR, RANK and WORLD_SIZE for one process per pod.
+"""Kubeflow's training operator: a PyTorchJob (training-operator v1) or a TrainJob (Trainer v2).
 
 PET_* (torchrun's flags as variables: torchrun reads any flag from PET_<FLAG>): every PyTorchJob and TrainJob sets
 PET_NNODES, PET_NPROC_PER_NODE, PET_NODE_RANK, PET_MASTER_ADDR, PET_MASTER_PORT; an elastic PyTorchJob
@@ -9,7 +8,7 @@ the runtime starts with these, and `auto` processes per pod meaning the visible 
 
 A PyTorchJob with a Master replica also sets MASTER_ADDR=<job>-master-0, MASTER_PORT, RANK (the pod's index) and
 WORLD_SIZE: pods when nprocPerNode is "auto" (the default), pods × nprocPerNode when it is a number; before v1.7 it
-always meant pods (kubeflow/trainer #1790, PR #1840). Without PET_* that form is one process per pod.
+always meant pods (kubeflow/trainer #1790, PR #1840). Without PET_* that form is torch_env.py's.
 
     PET_NNODES=2 PET_NPROC_PER_NODE=auto PET_NODE_RANK=1 PET_MASTER_ADDR=job-master-0 PET_MASTER_PORT=23456 \\
         python -c "import os; from sagemaker_lightning.launch.platforms import kubeflow; print(kubeflow.pet(os.environ, 1, 'job-worker-0'))"
@@ -18,17 +17,10 @@ always meant pods (kubeflow/trainer #1790, PR #1840). Without PET_* that form is
 from collections.abc import Mapping
 
 from sagemaker_lightning.failure import UserError
-from sagemaker_lightning.launch.platforms.cluster import (
-    DEFAULT_MASTER_PORT,
-    Cluster,
-    join_timeout,
-    names,
-    static_torchrun,
-    whole,
-)
+from sagemaker_lightning.launch.platforms.cluster import PER_HOST, Cluster, join_timeout, names, whole
 
 DEFAULT_PORT = "23456"  # the training operator's pytorchjob-port when a job names none
-ENV = "MASTER_ADDR/RANK/WORLD_SIZE"  # the platform of the bare form, as the launch line names it
+TERMINATION_GRACE_S = 30  # terminationGracePeriodSeconds' default: SIGTERM, then SIGKILL (Kubernetes, HyperPod EKS)
 
 
 def nodes(env: Mapping[str, str]) -> int:
@@ -67,20 +59,4 @@ def pet(env: Mapping[str, str], wanted: int, hostname: str, **options) -> Cluste
     if env.get("PET_RDZV_BACKEND", "static") != "static" and "PET_RDZV_CONF" not in env:
         torchrun.append(join_timeout(options))
     hosts = names(pods, node_rank, hostname)
-    return Cluster("Kubeflow", "process", hosts, node_rank, per_host, master, port, {}, tuple(torchrun))
-
-
-def bare(env: Mapping[str, str], wanted: int, hostname: str) -> Cluster:
-    """MASTER_ADDR, RANK and WORLD_SIZE for one process per pod: WORLD_SIZE counts pods, RANK is this pod's index.
-    Several processes on a pod: torchrun starts them (static rendezvous, this pod's rank)."""
-    pods, rank = whole(env, "WORLD_SIZE", 1), whole(env, "RANK")
-    if rank >= pods:
-        raise UserError(f"RANK={rank} is not below WORLD_SIZE={pods}: each pod's RANK is its index among the pods")
-    master, port = env["MASTER_ADDR"], env.get("MASTER_PORT") or DEFAULT_MASTER_PORT
-    hosts = names(pods, rank, hostname)
-    if wanted > 1:
-        return Cluster(
-            ENV, "process", hosts, rank, wanted, master, port, {}, static_torchrun(pods, rank, master, port, wanted)
-        )
-    out = {"MASTER_PORT": port, "NODE_RANK": str(rank), "PL_TRAINER_NUM_NODES": str(pods), "PL_TRAINER_DEVICES": "1"}
-    return Cluster(ENV, "process", hosts, rank, 1, master, port, out)
+    return Cluster("Kubeflow", PER_HOST, hosts, node_rank, per_host, master, port, {}, tuple(torchrun))

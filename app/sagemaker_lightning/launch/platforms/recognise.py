@@ -8,7 +8,7 @@ Recognised in this order (the first that matches):
   torchrun    TORCHELASTIC_RUN_ID: already under torchrun or hyperpodrun, on any platform (torchrun.py)
   Kubeflow    PET_NNODES: a PyTorchJob or TrainJob, run under torchrun (kubeflow.py)
   env         MASTER_ADDR, RANK and WORLD_SIZE without LOCAL_RANK: one process per pod, as a PyTorchJob without PET_*
-              or any launcher that sets torch's own variables (kubeflow.py)
+              or any launcher that sets torch's own variables (torch_env.py)
   Slurm       SLURM_PROCID under srun (slurm.py)
   none        a single process (a laptop, a notebook): the runtime's LightningCLI is Lightning's own
 
@@ -18,7 +18,7 @@ Recognised in this order (the first that matches):
 
 from collections.abc import Mapping
 
-from sagemaker_lightning.launch.platforms import kubeflow, sagemaker, slurm, torchrun
+from sagemaker_lightning.launch.platforms import kubeflow, sagemaker, slurm, torch_env, torchrun
 from sagemaker_lightning.launch.platforms.cluster import Cluster
 
 
@@ -26,14 +26,14 @@ def recognise(env: Mapping[str, str], wanted: int, hostname: str = "localhost", 
     """The cluster this process runs in, or None for a single process. `wanted`: the processes per host the trainer
     asks for (trainer.devices, else the GPUs, else 1); `hostname`: this host's name; `options`: the torchrun
     settings (max_restarts, timeout_s) for a platform that runs under torchrun."""
-    if "SM_HOSTS" in env:
+    if sagemaker.started(env):
         return sagemaker.cluster(env, wanted, **options)
     if "TORCHELASTIC_RUN_ID" in env:
         return torchrun.cluster(env, hostname)
     if "PET_NNODES" in env:
         return kubeflow.pet(env, wanted, hostname, **options)
     if all(k in env for k in ("MASTER_ADDR", "RANK", "WORLD_SIZE")) and "LOCAL_RANK" not in env:
-        return kubeflow.bare(env, wanted, hostname)
+        return torch_env.cluster(env, wanted, hostname)
     if slurm.started(env):
         return slurm.cluster(env, wanted, hostname)
     return None

@@ -1,7 +1,7 @@
 """A SageMaker training job's hosts and ranks: SM_HOSTS and SM_CURRENT_HOST (the toolkit and SDK 3.x's driver export
 them on every host), and the launcher SageMaker's `distribution` ran:
-  process   one process per host (no distribution; SDK 3.x's basic driver): ranks from the host list, and
-            Lightning starts one process per device; LAUNCHER=torchrun: torchrun starts them instead
+  process   one process per host (no distribution; SDK 3.x's basic driver: cluster.PER_HOST): ranks from the host
+            list, and Lightning starts one process per device; LAUNCHER=torchrun: the runtime's torchrun does instead
   torchrun  torch_distributed, SDK 3.x's Torchrun(): one process per device, ranks from torchrun
   mpirun    pytorchddp, smdistributed, mpi: one process per device, ranks from OMPI_COMM_WORLD_*
 
@@ -13,32 +13,53 @@ import json
 from collections.abc import Mapping
 
 from sagemaker_lightning.failure import UserError
-from sagemaker_lightning.launch.platforms.cluster import DEFAULT_MASTER_PORT, Cluster, join_timeout
+from sagemaker_lightning.launch.hyperparameters import SMDDP, enabled
+from sagemaker_lightning.launch.platforms.cluster import DEFAULT_MASTER_PORT, PER_HOST, Cluster, join_timeout
 
 LAUNCHERS = ("lightning", "torchrun")  # LAUNCHER's values: who starts the processes of a one-process-per-host job
+GRACE_S = 120  # StopTrainingJob and spot interruption: SIGTERM to every host's PID 1, then SIGKILL this long after
+
+
+def started(env: Mapping[str, str]) -> bool:
+    """Whether this process runs in a SageMaker training job (the toolkit and SDK 3.x's driver export SM_HOSTS)."""
+    return "SM_HOSTS" in env
+
+
+def job_name(env: Mapping[str, str]) -> str | None:
+    """The training job's name, which SageMaker gives every host's environment."""
+    return env.get("TRAINING_JOB_NAME") or None
+
+
+def checked_hosts(names, current, given: str, given_current: str) -> tuple[list[str], int]:
+    """The job's hosts and this host's index among them (its node rank), as SageMaker gives them; `given`,
+    `given_current`: where they come from, as a failure names them."""
+    if not (isinstance(names, list) and names and all(isinstance(h, str) and h for h in names)):
+        raise UserError(f'{given} is not a JSON list of host names; expected e.g. ["algo-1","algo-2"]')
+    if len(set(names)) != len(names):
+        raise UserError(f"{given} names a host twice; each host must appear once")
+    if current not in names:
+        raise UserError(f"{given_current}={current!r} is not in {given}; set it to one of those hosts")
+    return names, names.index(current)
 
 
 def hosts(env: Mapping[str, str]) -> tuple[list[str], int]:
-    """The job's hosts and this host's index among them (its node rank), from SM_HOSTS and SM_CURRENT_HOST."""
+    """The job's hosts and this host's node rank, from SM_HOSTS and SM_CURRENT_HOST (a training process's)."""
     raw = env.get("SM_HOSTS", "")
     try:
         names = json.loads(raw)
     except ValueError:
         names = None
-    if not (isinstance(names, list) and names and all(isinstance(h, str) and h for h in names)):
-        raise UserError(f'SM_HOSTS={raw!r} is not a JSON list of host names; expected e.g. ["algo-1","algo-2"]')
-    if len(set(names)) != len(names):
-        raise UserError(f"SM_HOSTS={raw!r} names a host twice; each host must appear once")
-    current = env.get("SM_CURRENT_HOST", "")
-    if current not in names:
-        raise UserError(f"SM_CURRENT_HOST={current!r} is not in SM_HOSTS={raw}; set it to one of those hosts")
-    return names, names.index(current)
+    return checked_hosts(names, env.get("SM_CURRENT_HOST", ""), f"SM_HOSTS={raw!r}", "SM_CURRENT_HOST")
+
+
+def resource_hosts(config: Mapping) -> tuple[list[str], int]:
+    """The job's hosts and this host's node rank, from resourceconfig.json (PID 1's: before the toolkit exports SM_*)."""
+    return checked_hosts(config.get("hosts"), config.get("current_host"), "resourceconfig.json's hosts", "current_host")
 
 
 def smddp_enabled(env: Mapping[str, str]) -> bool:
-    """Whether the job asks for SMDDP (distribution smdistributed.dataparallel, or its framework parameter)."""
-    params = json.loads(env.get("SM_FRAMEWORK_PARAMS") or "{}")
-    return params.get("sagemaker_distributed_dataparallel_enabled") in (True, "true", "True")
+    """Whether the job asks for SMDDP (distribution smdistributed.dataparallel: its framework parameter)."""
+    return enabled(json.loads(env.get("SM_FRAMEWORK_PARAMS") or "{}"), SMDDP)
 
 
 def launcher(env: Mapping[str, str]) -> str:
@@ -46,7 +67,7 @@ def launcher(env: Mapping[str, str]) -> str:
         return "torchrun"
     if "OMPI_COMM_WORLD_RANK" in env:
         return "mpirun"
-    return "process"
+    return PER_HOST
 
 
 def torchrun_options(env, names: list[str], master: str, port: str, per_host: int, **options) -> tuple[str, ...]:
@@ -64,7 +85,7 @@ def torchrun_options(env, names: list[str], master: str, port: str, per_host: in
         f"--nproc-per-node={per_host}",
         "--rdzv-backend=c10d",
         f"--rdzv-endpoint={master}:{port}",
-        f"--rdzv-id={env.get('TRAINING_JOB_NAME') or 'sagemaker-lightning'}",
+        f"--rdzv-id={job_name(env) or 'sagemaker-lightning'}",
         f"--max-restarts={restarts or 0}",
         join_timeout(options),
     )
@@ -90,7 +111,7 @@ def cluster(env: Mapping[str, str], wanted: int, **options) -> Cluster:
     port = env.get("MASTER_PORT") or env.get("SM_MASTER_PORT") or DEFAULT_MASTER_PORT  # the toolkit's, SDK 3.x's
     # Lightning reads these as Trainer defaults: a plain script's Trainer() spans the job without a change
     out = {"PL_TRAINER_NUM_NODES": str(len(names)), "PL_TRAINER_DEVICES": str(per_host)}
-    if mode == "process":
+    if mode == PER_HOST:
         out.update(
             MASTER_ADDR=master, MASTER_PORT=port, NODE_RANK=str(node_rank), WORLD_SIZE=str(len(names) * per_host)
         )
@@ -106,5 +127,5 @@ def cluster(env: Mapping[str, str], wanted: int, **options) -> Cluster:
             NODE_RANK=str(node_rank),
             SM_CURRENT_HOST=names[node_rank],
         )
-    torchrun = torchrun_options(env, names, master, port, per_host, **options) if mode == "process" else ()
+    torchrun = torchrun_options(env, names, master, port, per_host, **options) if mode == PER_HOST else ()
     return Cluster("SageMaker", mode, tuple(names), node_rank, per_host, master, port, out, torchrun)

@@ -13,7 +13,7 @@ import re
 from collections.abc import Mapping
 
 from sagemaker_lightning.failure import UserError
-from sagemaker_lightning.launch.platforms.cluster import Cluster, static_torchrun, whole
+from sagemaker_lightning.launch.platforms.cluster import PER_HOST, Cluster, static_torchrun, whole
 
 INTERACTIVE = ("bash", "interactive")  # SLURM_JOB_NAME of an salloc shell: its processes are no job's tasks
 PORT_BASE = 15000  # + the job id's last 4 digits: Lightning's SLURMEnvironment's port, so both agree
@@ -54,7 +54,7 @@ def cluster(env: Mapping[str, str], wanted: int, hostname: str) -> Cluster:
     port = env.get("MASTER_PORT") or str(PORT_BASE + int(job_id[-4:] if job_id.isdigit() else 0))
     if per_host == 1 and wanted > 1:
         torchrun = static_torchrun(count, node_rank, master, port, wanted)
-        return Cluster("Slurm", "process", tuple(hosts), node_rank, wanted, master, port, {}, torchrun)
+        return Cluster("Slurm", PER_HOST, tuple(hosts), node_rank, wanted, master, port, {}, torchrun)
     out = {
         "MASTER_ADDR": master,
         "MASTER_PORT": port,

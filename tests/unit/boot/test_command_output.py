@@ -1,8 +1,8 @@
-"""PID 1's log copier (entrypoint.copy), on the pipes of real child processes: output passes as it comes, newline or
+"""PID 1's log copier (command_output.copy), on the pipes of real child processes: output passes as it comes, newline or
 not; the tail kept for the failure line stays small whatever the lines; a copier that cannot write still drains the
 pipe, so the command never blocks on it, and says so in one line.
 
-    .venv/bin/python -m pytest tests/unit/boot/test_log_copier.py -q
+    .venv/bin/python -m pytest tests/unit/boot/test_command_output.py -q
 """
 
 import collections
@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from sagemaker_lightning.boot import entrypoint
+from sagemaker_lightning.boot import command_output
 
 pytestmark = pytest.mark.unit
 
@@ -56,7 +56,7 @@ def test_output_without_a_newline_passes_at_once():
     proc = child("import sys; sys.stdout.write('\\r 50% done'); sys.stdout.flush(); sys.stdin.read()")
     target = Target()
     try:
-        entrypoint.copy(proc.stdout, target, collections.deque())
+        command_output.copy(proc.stdout, target, collections.deque())
         deadline = time.monotonic() + HANG_S
         while b"50% done" not in target.buffer.getvalue():
             assert time.monotonic() < deadline, "the text did not pass while the process ran"
@@ -72,15 +72,15 @@ def test_the_tail_keeps_the_last_lines_each_cut_short():
     failure line, the long line's start only, and the last line."""
     size = 10_000_000
     proc = child(f"import sys; sys.stdout.write('RuntimeError: ' + 'R' * {size} + '\\nthe end')")
-    tail = collections.deque(maxlen=entrypoint.LOG_TAIL_LINES)
+    tail = collections.deque(maxlen=command_output.LOG_TAIL_LINES)
     target = Target()
-    entrypoint.copy(proc.stdout, target, tail).join(timeout=HANG_S)
+    command_output.copy(proc.stdout, target, tail).join(timeout=HANG_S)
     assert proc.wait(timeout=HANG_S) == 0
     assert len(target.buffer.getvalue()) == len("RuntimeError: \nthe end") + size
     first, last = tail
     assert sum(map(len, tail)) < size / 10  # not the 10 MB line whole
     assert first.startswith(b"RuntimeError: RRR") and first.endswith(b"\n")
-    assert len(first) <= entrypoint.LOG_LINE_BYTES + 1
+    assert len(first) <= command_output.LOG_LINE_BYTES + 1
     assert last == b"the end"  # without a newline: the process ended first
 
 
@@ -88,9 +88,9 @@ def test_a_copier_that_cannot_write_still_drains_the_pipe(capfd):
     """The log's stream fails: the command still ends (it writes 10 MB in lines, far more than a pipe holds, and would
     block on a full pipe forever), and one line says why its output stopped."""
     proc = child("for _ in range(10_000): print('x' * 1000)")
-    tail = collections.deque(maxlen=entrypoint.LOG_TAIL_LINES)
+    tail = collections.deque(maxlen=command_output.LOG_TAIL_LINES)
     try:
-        thread = entrypoint.copy(proc.stdout, Broken(), tail)
+        thread = command_output.copy(proc.stdout, Broken(), tail)
         assert proc.wait(timeout=HANG_S) == 0, "the process blocked on its full pipe"
     finally:
         proc.kill()

@@ -1,0 +1,54 @@
+"""The command line a job's trainer parses: in a job, options without a subcommand run `fit` (SageMaker's launchers
+start a script with options only); on SageMaker also its hyperparameters, typed from hyperparameters.json
+(launch/hyperparameters.py), and the job's paths given before the user's arguments, so that theirs win:
+checkpoint.dirpath, model_dir, trainer.default_root_dir, logger.save_dir (Plan.settings) and the data channel for the
+data module's data_dir, or the argument LightningCLI(data_channels=...) names. Outside any job, only a command line
+that Lightning's class would refuse for naming no subcommand runs fit; any other is Lightning's to parse.
+
+    python app/example/train.py --trainer.max_epochs 1      # fit, as a job's command line runs
+"""
+
+import os
+from collections.abc import Mapping
+
+from sagemaker_lightning.cli import subcommands
+from sagemaker_lightning.failure import UserError
+from sagemaker_lightning.launch import hyperparameters
+from sagemaker_lightning.launch.plan import Plan
+
+DEFAULT_DATA_KEY = "data_dir"  # the data module's argument that receives the data channel, unless data_channels says
+
+
+def parse(parser, argv: list[str], plan: Plan, data_channels: Mapping[str, str] | None):
+    """The configuration `argv` gives in this job, or None where Lightning's own parsing applies."""
+    if not plan.on_sagemaker:
+        return parser.parse_args(["fit", *argv]) if subcommands.implies_fit(argv, parser) else None
+    argv = hyperparameters.merge(argv, hyperparameters.read(os.environ))
+    position = subcommands.options_start(argv, parser)
+    if position is None:  # options only, as SageMaker's launchers start a script: fit
+        argv, position = ["fit", *argv], 1
+    given = [f"--{key}={value}" for key, value in plan.settings().items()]
+    config = parser.parse_args(argv[:position] + given + argv[position:])
+    data_key = _data_key(config, plan, data_channels)
+    if data_key and (data_dir := plan.data_dir()):
+        given.append(f"--{data_key}={data_dir}")
+        config = parser.parse_args(argv[:position] + given + argv[position:])
+    return config
+
+
+def _data_key(config, plan: Plan, data_channels: Mapping[str, str] | None) -> str | None:
+    """The configuration key that receives the data channel, when the data module has it."""
+    wanted = data_channels or {plan.data_channel: DEFAULT_DATA_KEY}
+    if plan.data_channel not in wanted:
+        return None
+    name = wanted[plan.data_channel]
+    sub = config.get("subcommand")
+    for key in (f"data.{name}", f"data.init_args.{name}"):
+        if key in (config[sub] if sub else config):
+            return key
+    if data_channels:
+        raise UserError(
+            f"data_channels maps {plan.data_channel!r} to {name!r}, which the data module does not take; name one of "
+            "its arguments"
+        )
+    return None

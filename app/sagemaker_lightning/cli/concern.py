@@ -1,0 +1,78 @@
+"""The one shape of a trainer concern: a function from a Context (what is known when the trainer is built) to a Part
+(its callbacks, plugins and trainer arguments). The hub (hub.py) lists the concerns in order, and that list is the
+callbacks' order: no concern moves itself or another.
+
+Lightning moves every checkpoint callback (ModelCheckpoint) to the end of the list, when the trainer is made and again
+when the model adds callbacks of its own (configure_callbacks). What must come after them (last.ckpt, saved once the
+best checkpoint is chosen; the MLflow run's end, after a stop's checkpoint) is a Part's `after_checkpoints`: the hub's
+CallbackOrder puts those after every checkpoint callback, in the hub's order, when a fit sets up.
+
+    python -c "from sagemaker_lightning.cli.concern import Part; print(Part())"
+"""
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from types import ModuleType
+from typing import Any
+
+from sagemaker_lightning.health.status import Status
+from sagemaker_lightning.launch.plan import Plan
+
+
+@dataclass
+class Context:
+    """What a concern is given. `arguments` grows as the hub goes down its list: a concern sees those before it."""
+
+    pl: ModuleType  # the Lightning package of the project's classes (lightning.pytorch or pytorch_lightning)
+    plan: Plan  # the launch plan, completed with the resolved trainer settings
+    config: Mapping = field(default_factory=dict)  # the subcommand's resolved configuration: the runtime's settings
+    init: Mapping = field(default_factory=dict)  # the same with its classes made (`fsdp`, `logger`, the checkpoint)
+    trainer: Mapping = field(default_factory=dict)  # the trainer's arguments as the configuration gives them
+    arguments: dict = field(default_factory=dict)  # the trainer arguments of the concerns before this one
+    model: Any = None  # the LightningModule
+    model_checkpoint: Any = None  # the ModelCheckpoint the runtime's checkpointing follows, or None
+    config_yaml: Callable[[], str] = str  # the resolved configuration as model_dir's config.yaml holds it (redacted)
+    status: Status = field(default_factory=Status)  # what the watchdog shares with the rest (health/status.py)
+    rank_zero: bool = True  # global rank 0, before the trainer exists
+
+
+@dataclass
+class Part:
+    """What a concern gives the trainer."""
+
+    callbacks: list = field(default_factory=list)
+    after_checkpoints: list = field(default_factory=list)  # callbacks that come after every checkpoint callback
+    plugins: list = field(default_factory=list)
+    arguments: dict = field(default_factory=dict)  # trainer arguments (strategy, precision, logger, ...)
+    attach: Callable[[Any], None] | None = None  # called with the trainer once it exists
+
+
+class CallbackOrder:
+    """The hub's order after Lightning's: the concerns' `after_checkpoints` callbacks after every checkpoint callback,
+    in the hub's order, at setup (the model's own callbacks have joined by then)."""
+
+    BASE = "callbacks.Callback"
+
+    def __init__(self, last: list):
+        self.last = last
+
+    def setup(self, trainer, pl_module, stage):
+        # a new list, not an in-place move: Lightning is iterating over the old one to call this hook
+        trainer.callbacks = [c for c in trainer.callbacks if all(c is not x for x in self.last)] + self.last
+
+
+def listed(value) -> list:
+    """A trainer argument that takes one item or a list of them (callbacks, plugins, logger), as a list."""
+    return [] if value is None else list(value) if isinstance(value, list | tuple) else [value]
+
+
+def joined(parts: list[Part]) -> Part:
+    """The parts of the hub's list as one, in its order; each attach called in order."""
+    attaches = [part.attach for part in parts if part.attach]
+    whole = Part(attach=(lambda trainer: [attach(trainer) for attach in attaches]) if attaches else None)
+    for part in parts:
+        whole.callbacks += part.callbacks
+        whole.after_checkpoints += part.after_checkpoints
+        whole.plugins += part.plugins
+        whole.arguments.update(part.arguments)
+    return whole
