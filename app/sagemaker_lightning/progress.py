@@ -46,6 +46,18 @@ def batch_size(batch) -> int | None:
     return next((n for n in map(batch_size, batch) if n is not None), None)
 
 
+def eta(total, step: int, seconds_per_step: float) -> str:
+    """The time the steps from `step` to `total` take at `seconds_per_step`, as H:MM:SS; a step past the total shows
+    0:00:00. "?" where no such time exists: a total that is not a count (inf, nan, negative) or a time beyond what
+    timedelta holds (trainer.max_steps=sys.maxsize with an iterable loader overflowed it: OverflowError)."""
+    if not total >= 0:  # negative, nan
+        return "?"
+    try:
+        return str(datetime.timedelta(seconds=round(max(total - step, 0) * seconds_per_step)))
+    except OverflowError:  # inf; beyond a float or a timedelta
+        return "?"
+
+
 def loss(outputs) -> float | None:
     """The loss a training step returned (Lightning's outputs: a tensor, or a dict's "loss"), or None: a step that
     returned None (a skipped batch), manual optimization's step that returned no loss."""
@@ -109,10 +121,9 @@ class LogLines:
         counted, size = ("images", size) if size is not None else ("batches", 1)
         per_step = size * trainer.world_size  # every rank's batch has this size (full batches only)
         total = trainer.estimated_stepping_batches
-        eta = datetime.timedelta(seconds=round((total - step) * seconds_per_step)) if total != float("inf") else "?"
-        spread = self.hosts.spread if self.hosts else ""
+        spread, left = self.hosts.spread if self.hosts else "", eta(total, step, seconds_per_step)
         epoch, rate = trainer.current_epoch, per_step / seconds_per_step
-        say(lines.progress(epoch, step, total, loss(outputs), rate, eta, spread, counted))
+        say(lines.progress(epoch, step, total, loss(outputs), rate, left, spread, counted))
 
 
 def callbacks(pl, plan, hosts=None) -> list:
