@@ -30,7 +30,6 @@ from sagemaker_lightning.failure import UserError
 from sagemaker_lightning.platforms.cluster import Cluster, static_torchrun, whole
 
 INTERACTIVE = ("bash", "interactive")  # SLURM_JOB_NAME of an salloc shell: its processes are no job's tasks
-INTERACTIVE_STEP = ("4294967290", "-6")  # SLURM_STEP_ID of salloc's interactive step (0xfffffffa)
 BATCH_STEP = ("4294967291", "-5")  # SLURM_STEP_ID of the batch script (0xfffffffb); unset before Slurm 26.05
 LAST_STEP = 0xFFFFFFF0  # the highest number of a step srun starts (slurm.h's SLURM_MAX_NORMAL_STEP_ID)
 PORT_BASE = 15000  # + the job id's last 4 digits: Lightning's SLURMEnvironment's port, so both agree
@@ -48,7 +47,7 @@ def step(env: Mapping[str, str]) -> str | None:
         return "batch"
     if number.isdigit() and int(number) <= LAST_STEP and "SLURM_NTASKS" in env:
         return "srun"
-    return None  # the interactive step, the extern step
+    return None  # salloc's interactive step (0xfffffffa: 4294967290, or -6), the extern step
 
 
 def started(env: Mapping[str, str]) -> bool:
