@@ -4,8 +4,6 @@ API server whose clients find it through AWS_ENDPOINT_URL; every test starts fro
 The tiers' rules: every test carries the marker of its tier, the folder it is in (`-m toolkit` selects one), and with
 REQUIRE_ALL_TIERS=1 (CI) a test that skips fails instead, wherever the skip comes from."""
 
-import base64
-import hashlib
 import importlib.util
 import os
 import shutil
@@ -16,9 +14,9 @@ import sys
 import time
 import urllib.error
 import urllib.request
-import zipfile
 
 import pytest
+from wheels import write_wheel
 
 import make_dataset
 
@@ -147,24 +145,6 @@ def make():
         return subprocess.run(["make", *words], cwd=ROOT, env=env, **kwargs)
 
     return run
-
-
-def write_wheel(directory: str, name: str, version: str, source: str) -> str:
-    """A pure-Python wheel holding one module, `name`.py: a package a project ships in its own source directory."""
-    info = f"{name}-{version}.dist-info"
-    files = {
-        f"{name}.py": source.encode(),
-        f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n".encode(),
-        f"{info}/WHEEL": b"Wheel-Version: 1.0\nGenerator: sagemaker-lightning-tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
-    }
-    digest = {k: base64.urlsafe_b64encode(hashlib.sha256(v).digest()).rstrip(b"=").decode() for k, v in files.items()}
-    record = "".join(f"{k},sha256={digest[k]},{len(v)}\n" for k, v in files.items()) + f"{info}/RECORD,,\n"
-    path = os.path.join(directory, f"{name}-{version}-py3-none-any.whl")
-    os.makedirs(directory, exist_ok=True)
-    with zipfile.ZipFile(path, "w") as wheel:
-        for k, v in {**files, f"{info}/RECORD": record.encode()}.items():
-            wheel.writestr(k, v)
-    return path
 
 
 @pytest.fixture(scope="session")

@@ -2,14 +2,16 @@
 
 Each batch file is a pickle, and a plain pickle.load runs whatever the pickle calls: whoever can write the job's data
 channel could run code in the job. BatchUnpickler builds only what the format holds (a dict of str or bytes, ints,
-lists and a numpy uint8 array); any other class or function in a file refuses the file before anything is called.
-A file of another shape fails with one line too: it names the file and what is wrong. batches.meta (label names) is
-never read.
+lists and numpy arrays: the uint8 images, the labels as a list or an integer array), at pickle protocols 2 to 5; any
+other class or function in a file, or _codecs.encode called with anything but text and "latin1", refuses the file
+before anything is called. A file of another shape fails with one line too: it names the file and what is wrong.
+batches.meta (label names) is never read.
 
     python scripts/make_dataset.py synthetic data/synthetic && tar -xzf data/synthetic/cifar-10-python.tar.gz -C data/synthetic
     python -c "import cifar_files; x, y = cifar_files.read_split('data/synthetic/cifar-10-batches-py', True, 10); print(x.shape, len(y))"
 """
 
+import codecs
 import os
 import pickle
 import tarfile
@@ -36,10 +38,26 @@ META = "batches.meta"  # label names: part of the format, never read here
 SIZE = 32  # image height and width
 IMAGE_BYTES = 3 * SIZE * SIZE  # one image in a batch's data: the red, green and blue planes, row by row
 FIX = f"replace it with the file of the official {ARCHIVE} or one written by scripts/make_dataset.py"
+
+
+class Refused(pickle.UnpicklingError):
+    """A pickle names a class or function outside ADMITTED, or calls one with other arguments than a batch needs: the
+    file is refused before anything is called."""
+
+
+def _latin1(*args) -> bytes:
+    """_codecs.encode as Python 3 pickles bytes at protocols 0-2 (an array's buffer too): (the bytes as latin1 text,
+    "latin1"). It turns text into bytes; any other call is refused, not made."""
+    if len(args) != 2 or type(args[0]) is not str or type(args[1]) is not str or args[1] != "latin1":
+        raise Refused("_codecs.encode with other arguments than text and 'latin1'")
+    return codecs.encode(args[0], "latin1")
+
+
 # What numpy arrays pickle as, all a batch needs: its reconstructor for protocols 0-4 (the official files: protocol
-# 2) and for protocol 5 (python 3.14's default), each under numpy 1's and numpy 2's module. Calling these builds
-# arrays and dtypes, nothing else: no dtype here can hold objects (_frombuffer refuses them; _reconstruct's object
-# arrays hold only what this unpickler builds).
+# 2) and for protocol 5 (python 3.14's default), each under numpy 1's and numpy 2's module, and the bytes of Python 3's
+# protocol 2 (_codecs.encode, checked: torch's weights-only unpickler admits it for the same files). Calling these
+# builds arrays, dtypes and bytes, nothing else: no dtype here can hold objects (_frombuffer refuses them;
+# _reconstruct's object arrays hold only what this unpickler builds).
 ADMITTED = {
     ("numpy.core.multiarray", "_reconstruct"): _reconstruct,
     ("numpy._core.multiarray", "_reconstruct"): _reconstruct,
@@ -47,11 +65,8 @@ ADMITTED = {
     ("numpy._core.numeric", "_frombuffer"): _frombuffer,
     ("numpy", "ndarray"): np.ndarray,
     ("numpy", "dtype"): np.dtype,
+    ("_codecs", "encode"): _latin1,
 }
-
-
-class Refused(pickle.UnpicklingError):
-    """A pickle names a class or function outside ADMITTED: the file is refused before anything is called."""
 
 
 class BatchUnpickler(pickle.Unpickler):
@@ -62,8 +77,9 @@ class BatchUnpickler(pickle.Unpickler):
         found = ADMITTED.get((module, name))
         if found is None:
             raise Refused(f"{module}.{name}")
-        if found is _frombuffer:  # a Python function: a pickle's BUILD could set its attributes for the whole process
-            return lambda *args: _frombuffer(*args)
+        # Python functions: a pickle's BUILD could set their attributes for the whole process
+        if found in (_frombuffer, _latin1):
+            return lambda *args: found(*args)
         return found  # a builtin function or type: BUILD cannot change it
 
 
@@ -86,8 +102,8 @@ class LabelError(ValueError):
 
 
 def checked(entry, num_classes: int) -> tuple[np.ndarray, list[int]]:
-    """A batch's images (uint8 N×IMAGE_BYTES) and labels (N ints in 0..num_classes-1); ValueError saying what else
-    `entry` is (LabelError when only its labels are out of range)."""
+    """A batch's images (uint8 N×IMAGE_BYTES) and labels (N ints in 0..num_classes-1, from a list or an integer
+    array); ValueError saying what else `entry` is (LabelError when only its labels are out of range)."""
     if not isinstance(entry, dict):
         raise ValueError(f"it holds a {type(entry).__name__}, not a dict")
     data, labels = _field(entry, "data"), _field(entry, "labels")
@@ -96,8 +112,10 @@ def checked(entry, num_classes: int) -> tuple[np.ndarray, list[int]]:
             raise ValueError(f"it has no {key}")
     if not isinstance(data, np.ndarray) or data.dtype != np.uint8 or data.ndim != 2 or data.shape[1] != IMAGE_BYTES:
         raise ValueError(f"its data is {_described(data)}, not N×{IMAGE_BYTES} uint8 images")
+    if isinstance(labels, np.ndarray) and labels.ndim == 1 and np.issubdtype(labels.dtype, np.integer):
+        labels = labels.tolist()  # python ints, as a list holds them
     if not isinstance(labels, list):
-        raise ValueError(f"its labels are {_described(labels)}, not a list")
+        raise ValueError(f"its labels are {_described(labels)}, not a list or an integer array")
     if len(labels) != len(data):
         raise ValueError(f"its labels are {len(labels)} for {len(data)} images, not one per image")
     if not all(type(y) is int for y in labels):  # a bool is an int too; a numpy integer needs a refused class

@@ -56,6 +56,18 @@ def rate(batch, world_size: int, steps: int, seconds: float) -> tuple[str, float
     return counted, size * world_size * steps / max(seconds, 1e-9)
 
 
+def eta(total, step: int, seconds_per_step: float) -> str:
+    """The time the steps from `step` to `total` take at `seconds_per_step`, as H:MM:SS; a step past the total shows
+    0:00:00. "?" where no such time exists: a total that is not a count (inf, nan, negative) or a time beyond what
+    timedelta holds (trainer.max_steps=sys.maxsize with an iterable loader overflowed it: OverflowError)."""
+    if not total >= 0:  # negative, nan
+        return "?"
+    try:
+        return str(datetime.timedelta(seconds=round(max(total - step, 0) * seconds_per_step)))
+    except OverflowError:  # inf; beyond a float or a timedelta
+        return "?"
+
+
 def loss(outputs) -> float | None:
     """The loss a training step returned (Lightning's outputs: a tensor, or a dict's "loss"), or None: a step that
     returned None (a skipped batch), manual optimization's step that returned no loss."""
@@ -117,9 +129,9 @@ class LogLines:
         seconds_per_step = max(now - then, 1e-9) / (step - then_step)  # a coarse clock may not move in a step
         counted, per_s = rate(batch, trainer.world_size, step - then_step, now - then)
         total = trainer.estimated_stepping_batches
-        eta = datetime.timedelta(seconds=round((total - step) * seconds_per_step)) if total != float("inf") else "?"
         spread = self.status.spread if self.status else ""
-        say(lines.progress(trainer.current_epoch, step, total, loss(outputs), per_s, eta, spread, counted))
+        left = eta(total, step, seconds_per_step)
+        say(lines.progress(trainer.current_epoch, step, total, loss(outputs), per_s, left, spread, counted))
 
 
 def concern(ctx: Context) -> Part:

@@ -160,7 +160,8 @@ def slurm(job: str, rank: int, tasks: int = 2) -> dict:
     return {
         "SLURM_NTASKS": str(tasks), "SLURM_PROCID": str(rank), "SLURM_LOCALID": "0", "SLURM_NODEID": str(rank),
         "SLURM_JOB_NUM_NODES": str(tasks), "SLURM_NNODES": str(tasks), "SLURM_NODELIST": f"{job}-[0-{tasks - 1}]",
-        "SLURM_JOB_ID": "4242", "SLURM_JOB_NAME": "train", "SLURM_NTASKS_PER_NODE": "1",
+        "SLURM_JOB_ID": "4242", "SLURM_JOB_NAME": "train", "SLURM_NTASKS_PER_NODE": "1", "SLURM_STEP_ID": "0",
+        "SLURM_STEP_NUM_TASKS": str(tasks),
     }  # fmt: skip
 
 

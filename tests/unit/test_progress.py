@@ -7,6 +7,7 @@ A batch of any structure is counted, and a step that returns no loss shows none.
 
 import dataclasses
 import re
+import sys
 
 import pytest
 import pytorch_lightning
@@ -147,3 +148,49 @@ def test_the_loss_is_a_tensor_or_a_dicts_loss_else_none():
     assert progress.loss({"loss": torch.tensor([0.25]), "acc": 1}) == 0.25
     for none in (None, {}, {"acc": torch.tensor(1.0)}, torch.zeros(2), {"loss": None}, "0.5"):
         assert progress.loss(none) is None
+
+
+@pytest.mark.parametrize(
+    "total, step, expected",
+    [
+        (8, 1, "0:01:17"),  # 7 steps to go at 11 s each
+        (8, 8, "0:00:00"),
+        (8, 9, "0:00:00"),  # a step past the total: nothing left, not a negative time
+        (0, 1, "0:00:00"),
+        (-1, 1, "?"),  # not a count
+        (float("inf"), 1, "?"),  # Lightning's total of an endless fit
+        (float("nan"), 1, "?"),
+        (sys.maxsize, 1, "?"),  # max_steps=sys.maxsize with an iterable loader: beyond timedelta (OverflowError)
+        pytest.param(10**400, 1, "?", id="10**400"),  # beyond a float
+    ],
+)
+def test_the_eta_never_raises_whatever_the_totals(total, step, expected):
+    """Issue 48, item 7: the progress line's arithmetic never raises, whatever the totals."""
+    assert progress.eta(total, step, STEP_S) == expected
+
+
+def test_a_fit_of_sys_maxsize_steps_on_an_iterable_loader_prints_its_lines(capsys):
+    """Issue 48, item 7: trainer.max_steps=sys.maxsize with an iterable loader (Lightning's total is then max_steps)
+    crashed rank 0 at the first line with OverflowError; plain Lightning trains, and so does the runtime."""
+
+    class Endless(SlowSteps):
+        def train_dataloader(self):
+            return DataLoader(IterableBatches(), batch_size=None)
+
+    clock = Clock()
+    trainer = pytorch_lightning.Trainer(
+        max_steps=sys.maxsize, max_epochs=1, log_every_n_steps=1, accelerator="cpu", logger=False,
+        callbacks=[made(LogLines, pytorch_lightning)(every_s=30, clock=clock)], enable_checkpointing=False,
+        enable_progress_bar=False, enable_model_summary=False,
+    )  # fmt: skip
+    trainer.fit(Endless(clock))
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("epoch ")]
+    assert len(lines) == 3 and all(line.endswith(" eta=?") for line in lines), lines
+    assert lines[0].startswith(f"epoch 0 step 1/{sys.maxsize}: ")
+
+
+class IterableBatches(torch.utils.data.IterableDataset):
+    """Three (x, y) batches of 4, without a length: Lightning cannot count the epoch's steps."""
+
+    def __iter__(self):
+        return iter([(torch.randn(4, 32), torch.zeros(4)) for _ in range(3)])

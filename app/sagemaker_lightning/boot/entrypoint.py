@@ -17,7 +17,6 @@ none of this runs then (signals.py).
 import collections
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -75,7 +74,8 @@ def main() -> int:
     command = sys.argv[1:] or ["train"]
     env = dict(os.environ)
     in_job = os.path.exists(RESOURCE_CONFIG)
-    shutil.rmtree(os.path.join(signals.RUN_DIR, "trainers"), ignore_errors=True)  # a restarted container's leftovers
+    if why := signals.clear():  # a restarted container's leftovers; a registry that is a link or another user's
+        note(f"{why}; a stop goes to the command instead of the training processes")
     if in_job:
         try:
             prepare_job(env, RESOURCE_CONFIG, CODE)

@@ -4,12 +4,24 @@ job's caches into it, so that the next job on the instance finds what this one f
   - pip's and uv's caches (PIP_CACHE_DIR, UV_CACHE_DIR), for whatever the job installs;
   - the job's requirements.txt, installed by PID 1 before the toolkit (which then finds it installed): the first job
     with a requirements.txt keeps the wheels it installed under wheels/<key>; a later one installs them from there
-    without asking any package index, so it needs no network. The key covers the file, the Python and what the image
-    has installed: another image, or another requirements.txt, fills a folder of its own;
+    without asking any package index, so it needs no network. The key (sources) covers the file and every file it
+    pulls in with -r/-c, recursively, each found as pip finds it (relative to the file naming it; one named by URL
+    by its URL only), with ${VARIABLES} expanded as pip expands them; the index settings pip reads from the
+    environment (INDEX_VARIABLES) and its configuration files (CONFIG_FILES, PIP_CONFIG_FILE's); the Python and what
+    the image has installed. A change to any of them fills a folder of its own;
   - torch.compile's caches: Inductor's (TORCHINDUCTOR_CACHE_DIR) and Triton's (TRITON_CACHE_DIR);
   - a streaming data set's chunks (LITDATA_CACHE_DIR, which the launch plan passes on to litdata).
 Where the folder is missing (a job without a warm pool) or cannot be written, one line says so and the job goes on
 with caches of its own, as before. Variables the job sets itself win. No torch: PID 1 runs this.
+
+The folder is shared by every job that runs on the warm pool's instance, and what it holds runs: pip's and uv's
+caches, the kept wheels, Inductor's and Triton's kernels. So jobs sharing a warm pool share code: any of them can
+change what a later one installs or runs (README, Security). The key is no secret (it is computed from the files).
+What this module checks: a requirements file that pins hashes (--hash=sha256:..., pip's hash-checking mode) is
+installed offline from the job's own files, so pip checks every kept wheel against the file's hashes and refuses
+another (the job then installs from the index, as the first did, into an emptied folder); and such a file's wheels
+are kept only where each is the very file whose hash pip recorded when it installed it (its --report), so a wheel
+built from a pinned source archive, which could never match, is not kept. A file without hashes trusts the folder.
 
     SAGEMAKER_BASE_DIR=/tmp/ml python -c "from sagemaker_lightning.boot import warmpool; print(warmpool.variables('/c'))"
 """
@@ -18,10 +30,13 @@ import hashlib
 import json
 import os
 import platform
+import re
+import shutil
 import subprocess
 import sys
 import sysconfig
 import tempfile
+import urllib.parse
 
 from sagemaker_lightning.launch import hyperparameters, paths
 
@@ -34,6 +49,15 @@ CACHES = {  # the variable that points a cache somewhere → its folder in the w
 }
 WHEELS = "wheels"  # requirements.txt's wheels, a folder per key
 COMPLETE = ".complete"  # in a key's folder once every wheel the install needed is there
+INDEX_VARIABLES = (  # where pip looks for packages, set in the environment (pip's PIP_<OPTION>)
+    "PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_FIND_LINKS", "PIP_TRUSTED_HOST", "PIP_NO_INDEX", "PIP_CONFIG_FILE",
+)  # fmt: skip
+CONFIG_FILES = (  # pip's configuration files on Linux: global, user, site (besides PIP_CONFIG_FILE's)
+    "/etc/xdg/pip/pip.conf", "/etc/pip.conf", "~/.pip/pip.conf", "~/.config/pip/pip.conf", f"{sys.prefix}/pip.conf",
+)  # fmt: skip
+INCLUDE = re.compile(r"^(?:-r|--requirement|-c|--constraint)(?:=|\s+|(?<=^-r)|(?<=^-c))(\S+)")  # -r FILE, -cFILE, ...
+SCHEME = re.compile(r"^\w+(\+\w+)?://")  # a URL, as pip's SCHEME_RE
+HASH = re.compile(r"--hash[=\s]")  # a pinned hash: pip's hash-checking mode
 
 
 def variables(cache: str) -> dict[str, str]:
@@ -95,12 +119,69 @@ def prepare(env: dict, given: dict, code_dir: str, say) -> None:
         say(line)
 
 
+def lines(text: str, env) -> list[str]:
+    """A requirements file's lines as pip reads them: continuations joined, comments dropped, ${NAME} expanded."""
+    joined = re.sub(r"\\\n", "", text)
+    found = []
+    for line in joined.splitlines():
+        line = re.sub(r"(^|\s+)#.*$", "", line).strip()
+        found.append(re.sub(r"\$\{([A-Z0-9_]+)\}", lambda m: env.get(m[1], m[0]), line))
+    return [line for line in found if line]
+
+
+def sources(path: str, env) -> bytes:
+    """What a requirements file installs depends on, besides the Python and the image: the file and those it pulls
+    in with -r/-c, recursively (relative to the file naming it, as pip resolves them; one named by URL by its URL),
+    the index settings of the environment and pip's configuration files. As bytes, for requirements_key."""
+    parts, seen, todo = [], set(), [path]
+    while todo:
+        name = todo.pop(0)
+        if name in seen:
+            continue
+        seen.add(name)
+        try:
+            with open(name, "rb") as f:
+                text = f.read().decode(errors="replace")
+        except OSError as e:  # pip names it when it installs; the key just differs
+            text = f"<unreadable: {e.strerror}>"
+        parts.append(f"{os.path.relpath(name, os.path.dirname(path))}\0{text}")
+        for line in lines(text, env):
+            if (match := INCLUDE.match(line)) and not SCHEME.match(match[1]):
+                todo.append(os.path.abspath(os.path.join(os.path.dirname(name), match[1])))
+    parts += [f"{name}={env[name]}" for name in INDEX_VARIABLES if name in env]
+    for name in (*CONFIG_FILES, env.get("PIP_CONFIG_FILE")):
+        if name and os.path.isfile(where := os.path.expanduser(name)):
+            with open(where, "rb") as f:
+                parts.append(f"{name}\0{f.read().decode(errors='replace')}")
+    return "\0\0".join(parts).encode()
+
+
 def requirements_key(requirements: bytes, installed: list[str]) -> str:
-    """What a requirements.txt installs here depends on the file, the Python and what is installed already."""
+    """What a requirements.txt installs here depends on its sources, the Python and what is installed already."""
     digest = hashlib.sha256(requirements)
     digest.update(f"\0{sys.version}\0{platform.machine()}\0".encode())
     digest.update("\n".join(sorted(installed)).encode())
     return digest.hexdigest()[:16]
+
+
+def unmatched(items: list[dict], wheels: str) -> list[str]:
+    """The archives pip installed (its report's download_info) whose kept wheel is not the file whose hash pip
+    recorded: a wheel built from a source archive, or another file than pip checked."""
+    missing = []
+    for item in items:
+        recorded = item.get("archive_info", {}).get("hashes", {}).get("sha256")
+        name = os.path.basename(urllib.parse.urlsplit(item["url"]).path)
+        kept = hashlib.sha256()
+        try:
+            with open(os.path.join(wheels, name), "rb") as f:
+                while chunk := f.read(2**20):  # a wheel may be GiBs
+                    kept.update(chunk)
+        except OSError:
+            missing.append(name)
+            continue
+        if recorded is None or kept.hexdigest() != recorded:
+            missing.append(name)
+    return missing
 
 
 def installed() -> list[str]:
@@ -113,17 +194,18 @@ def install_requirements(code_dir: str, cache: str, env: dict, python: str = sys
     """PID 1's install of the job's requirements.txt in `code_dir` (module docstring); the line to print, or None
     where there is no requirements.txt. A failure is pip's own output and a line: the toolkit's install, after this,
     tries again and names it as the job's failure."""
-    try:
-        with open(os.path.join(code_dir, "requirements.txt"), "rb") as f:
-            requirements = f.read()
-    except FileNotFoundError:
+    path = os.path.join(code_dir, "requirements.txt")
+    if not os.path.isfile(path):
         return None
-    wheels = os.path.join(cache, WHEELS, requirements_key(requirements, installed()))
+    known = sources(path, env)
+    pinned = any(HASH.search(line) for line in lines(known.decode(errors="replace"), env))
+    wheels = os.path.join(cache, WHEELS, requirements_key(known, installed()))
     pip = [python, "-m", "pip", "--disable-pip-version-check"]
     if os.path.exists(os.path.join(wheels, COMPLETE)):
         offline = [*pip, "install", "--no-index", "--find-links", wheels, "-r", "requirements.txt"]
         if run(offline, cwd=code_dir, env=env).returncode == 0:
             return f"requirements.txt installed from the warm-pool cache ({wheels}), no package index asked"
+        shutil.rmtree(wheels, ignore_errors=True)  # wheels pip refused (a hash, a missing one): filled anew below
     with tempfile.TemporaryDirectory() as tmp:  # as the first job did: from the index, its wheels kept
         report = os.path.join(tmp, "report.json")
         if run([*pip, "install", "--report", report, "-r", "requirements.txt"], cwd=code_dir, env=env).returncode:
@@ -139,5 +221,10 @@ def install_requirements(code_dir: str, cache: str, env: dict, python: str = sys
         and run([*pip, "wheel", "--quiet", "--no-deps", "--wheel-dir", wheels, *urls], cwd=code_dir, env=env).returncode
     ):
         return "requirements.txt installed; keeping its wheels failed (above), so the next job asks the index again"
+    if pinned and (other := unmatched(items, wheels)):
+        return (
+            f"requirements.txt installed; it pins hashes, and {', '.join(other)} kept would not be the file pip checked "
+            "(a wheel built from a source archive), so the next job asks the index again"
+        )
     open(os.path.join(wheels, COMPLETE), "w").close()
     return f"requirements.txt installed, its {len(urls)} wheels kept in the warm-pool cache for the next job"

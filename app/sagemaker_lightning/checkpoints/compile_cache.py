@@ -7,6 +7,13 @@ job; before the first step of a fit every rank loads FILE when it is there (load
 job finds its kernels compiled. FILE's first line names the torch that wrote it: torch uses no artifact of another
 version. A cache that cannot be read, or that another torch wrote, costs one line and a compile, never the job.
 
+FILE is rewritten only with more: when the artifacts torch holds now name every artifact FILE holds (loaded from it,
+or written to it last) and at least one more. Artifacts are compared by (type, key) as torch's CacheInfo names them,
+the key being the cache's own key of what was compiled, not by their bytes' length: a restart records only the
+artifacts it uses (a hit in the caches FILE filled records it again), so before it has run every graph the first run
+compiled, its artifacts are fewer than FILE's, and writing them used to lose the rest; artifacts of the same length
+but other keys were never written. Until a restart's artifacts cover FILE's, its new ones wait for the next save.
+
 The artifacts hold the code torch.compile generated, and torch runs it: whoever can write the checkpoint location can
 run code in a job that loads FILE, as through the image or the job's own code. So FILE is loaded only where the
 model compiles something already (model.compile: a module compiled in place or wrapped by torch.compile), and
@@ -42,6 +49,11 @@ def artifacts(data: bytes) -> bytes:
     return rest
 
 
+def names(info) -> frozenset[tuple[str, str]]:
+    """The artifacts a torch CacheInfo names, as (type, key) pairs."""
+    return frozenset((kind, key) for kind, keys in info.artifacts.items() for key in keys)
+
+
 def compiles(module) -> bool:
     """Whether `module` runs any of its modules through torch.compile: compiled in place (Module.compile), wrapped
     (torch.compile(module)), or handed to Lightning wrapped (its _compiler_ctx)."""
@@ -71,7 +83,7 @@ class CompileCache:
 
     def __init__(self, checkpoint):
         self.checkpoint = checkpoint  # its dirpath, once set up, holds the checkpoints and FILE
-        self._saved = 0  # bytes of artifacts written last: they only grow, so the same length means nothing new
+        self._held: frozenset[tuple[str, str]] = frozenset()  # the artifacts FILE holds: loaded, or written last
 
     def _path(self) -> str | None:
         return f"{self.checkpoint.dirpath.rstrip('/')}/{FILE}" if self.checkpoint.dirpath else None
@@ -95,7 +107,7 @@ class CompileCache:
                 why = " ".join(f"{type(e).__name__}: {e}".split())[:300]
                 say(f"compile cache {FILE} not used ({why}): torch.compile compiles afresh")
             return
-        self._saved = len(data)
+        self._held = names(info)
         if trainer.is_global_zero:
             count = sum(len(keys) for keys in info.artifacts.values())
             say(f"compile cache: loaded {count} artifacts ({len(data) / 2**20:.1f} MiB) from {FILE}, saved by an "
@@ -106,9 +118,9 @@ class CompileCache:
         if not trainer.is_global_zero or path is None:
             return
         saved = torch.compiler.save_cache_artifacts()
-        if saved is None or len(saved[0]) == self._saved:  # nothing compiled, or nothing new
+        if saved is None or not names(saved[1]) > self._held:  # nothing compiled, nothing new, or fewer than FILE's
             return
         atomic.write(path, header() + saved[0])
-        if not self._saved:
+        if not self._held:
             say(f"compile cache: saved {FILE} ({len(saved[0]) / 2**20:.1f} MiB) beside the checkpoints, for a restart")
-        self._saved = len(saved[0])
+        self._held = names(saved[1])

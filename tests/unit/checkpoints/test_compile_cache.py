@@ -1,5 +1,5 @@
 """checkpoints/compile_cache.py: torch.compile's artifacts written beside the checkpoints with a first line naming
-the torch that wrote them, rewritten only when there are new ones; a file that is not such a cache, or another
+the torch that wrote them, rewritten only with more than the file holds; a file that is not such a cache, or another
 torch's, is one line and a compile afresh, never a failure. The round trip through a real job and torch.compile is
 tests/toolkit/test_compile_cache_toolkit.py."""
 
@@ -27,8 +27,13 @@ def cache(tmp_path) -> CompileCache:
     return CompileCache(SimpleNamespace(dirpath=str(tmp_path)))
 
 
+def info(*keys: str) -> SimpleNamespace:
+    """What torch's CacheInfo says of a set of artifacts: their keys by type (Inductor's here)."""
+    return SimpleNamespace(artifacts={"inductor": list(keys)})
+
+
 def test_the_artifacts_are_saved_with_their_torch_and_only_when_new(tmp_path, monkeypatch, capsys):
-    artifacts = [None, (b"graphs", None), (b"graphs", None), (b"graphs+more", None)]
+    artifacts = [None, (b"graphs", info("a")), (b"graphs", info("a")), (b"graphs+more", info("a", "b"))]
     monkeypatch.setattr(torch.compiler, "save_cache_artifacts", lambda: artifacts.pop(0))
     saver = cache(tmp_path)
     saver.on_save_checkpoint(RANK_ZERO, None, {})  # nothing compiled: no file
@@ -74,3 +79,31 @@ def test_a_model_that_compiles_nothing_never_reads_the_file(tmp_path, capsys, mo
     cache(tmp_path).setup(RANK_ZERO, torch.nn.Sequential(torch.nn.Linear(2, 2)), "fit")
     assert capsys.readouterr().out == ""
     assert compile_cache.compiles(compiled()) and compile_cache.compiles(torch.compile(torch.nn.Linear(2, 2)))
+
+
+def test_the_file_is_never_replaced_by_fewer_artifacts_and_new_ones_of_the_same_length_are_written(
+    tmp_path, monkeypatch
+):
+    """Issue 48, item 12: the file was compared by its length only. A restart that had loaded artifacts a and b and
+    then used only a (fewer bytes) overwrote the file with a alone; one that compiled c in a's place (the same length)
+    never wrote it. Now the file is rewritten only with a superset of what it holds."""
+    header = compile_cache.header()
+    (tmp_path / FILE).write_bytes(header + b"a+b")
+    monkeypatch.setattr(torch.compiler, "load_cache_artifacts", lambda data: info("a", "b"))
+    restarted = cache(tmp_path)
+    restarted.setup(RANK_ZERO, compiled(), "fit")
+    artifacts = [(b"a", info("a")), (b"a+c", info("a", "c")), (b"a+b+c", info("a", "b", "c"))]
+    monkeypatch.setattr(torch.compiler, "save_cache_artifacts", lambda: artifacts.pop(0))
+    restarted.on_save_checkpoint(RANK_ZERO, None, {})  # fewer bytes, a subset: the file keeps b
+    assert (tmp_path / FILE).read_bytes() == header + b"a+b"
+    restarted.on_save_checkpoint(RANK_ZERO, None, {})  # the same length, c new, but b missing: not yet
+    assert (tmp_path / FILE).read_bytes() == header + b"a+b"
+    restarted.on_save_checkpoint(RANK_ZERO, None, {})  # all of the file's and c: written
+    assert (tmp_path / FILE).read_bytes() == header + b"a+b+c"
+
+    first = cache(tmp_path / "first")
+    (tmp_path / "first").mkdir()
+    artifacts[:] = [(b"xy", info("x")), (b"xz", info("x", "z"))]  # a first run: z new, the same number of bytes
+    first.on_save_checkpoint(RANK_ZERO, None, {})
+    first.on_save_checkpoint(RANK_ZERO, None, {})
+    assert (tmp_path / "first" / FILE).read_bytes() == header + b"xz"

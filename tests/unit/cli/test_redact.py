@@ -112,3 +112,63 @@ def test_the_config_yaml_a_fit_writes_holds_no_secret(tmp_path, monkeypatch):
     assert "hf_SeCrEt" not in text and "pa55w0rd" not in text and "alice" not in text
     model = yaml.safe_load(text)["model"]
     assert model == {"hf_token": REDACTED, "source": f"https://{REDACTED}@data.example.com/set", "width": 7}
+
+
+HF = "hf_" + "aB3" * 11 + "c"  # a Hugging Face token's form: hf_ and 34 letters and digits
+GHP = "ghp_" + "x9Y" * 12  # a GitHub personal access token's: ghp_ and 36
+SK = "sk-proj-" + "Ab1_" * 10  # an OpenAI key's
+AIZA = "AIza" + "Sy" + "D4-x_" * 6 + "abc"  # a Google API key's: AIza and 35
+
+
+@pytest.mark.parametrize(
+    "given, expected",
+    [
+        # an env list's KEY=value of secret keys; the others as they were
+        ({"env": [f"HF_TOKEN={HF}", "WANDB_API_KEY=0123abcd", "OMP_NUM_THREADS=4"]},
+         {"env": [f"HF_TOKEN={REDACTED}", f"WANDB_API_KEY={REDACTED}", "OMP_NUM_THREADS=4"]}),
+        # options inside a string, with = and with a space
+        ({"command": f"python fetch.py --token={GHP} --password hunter2 --lr 0.1"},
+         {"command": f"python fetch.py --token={REDACTED} --password {REDACTED} --lr 0.1"}),
+        ({"command": "login --password 'two words' --user bob"}, {"command": f"login --password {REDACTED} --user bob"}),
+        # keys
+        ({"db_pass": "hunter2", "pwd": "hunter2", "privatekey": "k", "sessiontoken": "t", "DB_PASS": "x"},
+         {"db_pass": REDACTED, "pwd": REDACTED, "privatekey": REDACTED, "sessiontoken": REDACTED, "DB_PASS": REDACTED}),
+        ({"hf_tokens": ["a1", "b2"]}, {"hf_tokens": REDACTED}),
+        ({"wandb": {"key": "0123abcd", "project": "p"}}, {"wandb": {"key": REDACTED, "project": "p"}}),
+        ({"wandb_key": "0123abcd"}, {"wandb_key": REDACTED}),
+        # a URL's query and fragment
+        ({"url": f"https://maps.example.com/api?key={AIZA}&zoom=3"},
+         {"url": f"https://maps.example.com/api?key={REDACTED}&zoom=3"}),
+        ({"url": "https://app.example.com/cb#access_token=ya29.abc&token_type=Bearer"},
+         {"url": f"https://app.example.com/cb#access_token={REDACTED}&token_type=Bearer"}),
+        ({"url": "https://api.example.com/v1?key=plainkey"}, {"url": f"https://api.example.com/v1?key={REDACTED}"}),
+        # values of a fixed form under neutral keys
+        ({"model": {"source": HF, "note": f"pushed by {GHP}", "client": SK, "maps": AIZA}},
+         {"model": {"source": REDACTED, "note": f"pushed by {REDACTED}", "client": REDACTED, "maps": REDACTED}}),
+        ({"remote": f"https://{GHP}@github.com/o/r.git"}, {"remote": f"https://{REDACTED}@github.com/o/r.git"}),
+    ],
+    ids=["env list", "options", "quoted option", "keys", "hf_tokens", "wandb.key", "wandb_key", "?key=AIza",
+         "#access_token", "?key=", "forms under neutral keys", "a URL's user"],
+)  # fmt: skip
+def test_the_forms_redaction_missed(given, expected):
+    """Issue 48, item 8: each of these reached model_dir's config.yaml (and the MLflow run's parameters) as given."""
+    assert redacted(given) == expected
+
+
+@pytest.mark.parametrize(
+    "given",
+    [
+        {"pad_token": "<pad>", "eos_token": "</s>", "special_tokens": ["<pad>", "<s>"], "max_tokens": 512},
+        {"max_new_tokens": 64, "stop_tokens": ["###"], "num_tokens": 10, "tokenizer": "gpt2"},
+        {"forward_pass": 2, "first_pass": "fast", "data": {"key": "jpg", "image_key": "png"}, "sort": {"key": "loss"}},
+        {"env": ["OMP_NUM_THREADS=4", "PAD_TOKEN=<pad>", "PATH=/usr/bin"], "args": "--lr 0.1 --max_tokens 5 -p 3"},
+        {"libs": ["hf_transfer", "sk-learn", "task-sk-abcdefghijklmnopqrstuvwxyz"], "ghp": "ghp_short"},
+        {"url": "https://host/x?version=3#section", "cache": "/models/hf_cache_dir", "name": "mask-rcnn"},
+    ],
+    ids=["a vocabulary's tokens", "counts of tokens", "passes over data and data keys", "env and options",
+         "lookalikes too short or inside a word", "URLs and paths"],
+)  # fmt: skip
+def test_what_only_looks_like_those_forms_stays(given):
+    """Issue 48, item 8: the new forms take nothing else: a vocabulary's pad_token, counts, data keys, short
+    lookalikes."""
+    assert redacted(given) == given

@@ -4,6 +4,7 @@ batch files that would run code.
     .venv/bin/python -m pytest tests/unit/example/test_data.py -q
 """
 
+import codecs
 import io
 import os
 import pickle
@@ -17,6 +18,7 @@ import pytest
 import torch
 import torchvision
 
+import cifar_files
 import make_dataset
 from data import ARCHIVE, FOLDER, CIFAR10DataModule
 from device_data import DeviceCIFAR10DataModule
@@ -128,7 +130,10 @@ def test_a_batch_that_would_run_code_is_refused_unrun(archive_dir, tmp_path, mod
             "its data is an array of float32, shape \\(2, 3072\\), not N×3072 uint8 images",
         ),
         ({"data": np.zeros((2, 3072), np.uint8), "labels": [0]}, "its labels are 1 for 2 images"),
-        ({"data": np.zeros((2, 3072), np.uint8), "labels": np.zeros(2, int)}, "its labels are an array of int64"),
+        (
+            {"data": np.zeros((2, 3072), np.uint8), "labels": np.zeros(2, np.float32)},
+            "its labels are an array of float32, shape \\(2,\\), not a list or an integer array",
+        ),
         ({"data": np.zeros((2, 3072), np.uint8), "labels": [0, "1"]}, "its labels are not all integers"),
         ({"data": np.zeros((0, 3072), np.uint8), "labels": []}, "it holds no images"),
     ],
@@ -142,6 +147,53 @@ def test_a_batch_of_another_shape_is_named(archive_dir, tmp_path, content, probl
     with pytest.raises(UserError, match=f"{re.escape(path)} is not a CIFAR-10 batch: {problem}") as raised:
         setup(str(tmp_path))
     assert "\n" not in str(raised.value)
+
+
+LABELS = {"list": lambda labels: labels, "int array": np.array, "uint8 array": lambda y: np.array(y, np.uint8)}
+
+
+@pytest.mark.parametrize("labels", LABELS)
+@pytest.mark.parametrize("protocol", [2, 3, 4, 5])
+def test_batches_of_every_protocol_with_labels_as_a_list_or_an_integer_array_are_read(
+    archive_dir, tmp_path, protocol, labels
+):
+    """Issue 48, item 10: Python 3 pickles bytes at protocol 2 as _codecs.encode(text, "latin1"), so every array's
+    buffer in such a file named it, and the reader refused the file; labels in a numpy array were refused too. Both
+    read as the official file does, to the byte, the labels as python ints."""
+    folder = unpacked(archive_dir, tmp_path)
+    path = os.path.join(folder, "data_batch_1")
+    expected = cifar_files.read_batch(path, 10)
+    with open(path, "rb") as f:
+        batch = pickle.load(f, encoding="latin1")
+    with open(path, "wb") as f:
+        pickle.dump({**batch, "labels": LABELS[labels](batch["labels"])}, f, protocol=protocol)
+    data, read = cifar_files.read_batch(path, 10)
+    assert data.tobytes() == expected[0].tobytes() and read == expected[1] and {type(y) for y in read} == {int}
+
+
+class Encodes:
+    """Unpickled, calls _codecs.encode with `args` (as Python 3's protocol 2 does with ("text", "latin1"))."""
+
+    def __init__(self, *args):
+        self.args = args
+
+    def __reduce__(self):
+        return codecs.encode, self.args
+
+
+@pytest.mark.parametrize("args", [("text", "rot13"), (b"\x00", "hex"), ("text",), ("text", "latin1", "strict")])
+def test_codecs_encode_with_other_arguments_is_refused_uncalled(archive_dir, tmp_path, monkeypatch, args):
+    """Issue 48, item 10: _codecs.encode is admitted for text and "latin1" only; any other call is refused before
+    it is made, in one line naming the file."""
+    path = os.path.join(unpacked(archive_dir, tmp_path), "data_batch_1")
+    with open(path, "rb") as f:
+        batch = pickle.load(f, encoding="latin1")
+    with open(path, "wb") as f:
+        pickle.dump({**batch, "batch_label": Encodes(*args)}, f, protocol=3)  # its arrays' bytes need no call
+    monkeypatch.setattr(codecs, "encode", lambda *a: pytest.fail(f"codecs.encode{a} was called"))
+    with pytest.raises(UserError, match=f"{re.escape(path)} is not a CIFAR-10 batch: it calls _codecs.encode with "
+                       "other arguments than text and 'latin1', which no batch needs \\(not run\\)"):  # fmt: skip
+        cifar_files.read_batch(path, 10)
 
 
 def test_labels_must_fit_num_classes(archive_dir):

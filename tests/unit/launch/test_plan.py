@@ -87,9 +87,21 @@ TRAINJOB = {  # Trainer v2's torch-distributed runtime: these five only, and the
     "PET_NNODES": "2", "PET_NPROC_PER_NODE": "auto", "PET_NODE_RANK": "1",
     "PET_MASTER_ADDR": "tj-node-0-0.tj", "PET_MASTER_PORT": "29500",
 }  # fmt: skip
-SLURM = {  # srun --ntasks-per-node=2 on 2 nodes: task 3
+SLURM = {  # srun --ntasks-per-node=2 on 2 nodes: task 3 of step 0 (srun's variables, src/common/env.c)
     "SLURM_NTASKS": "4", "SLURM_PROCID": "3", "SLURM_LOCALID": "1", "SLURM_NODEID": "1", "SLURM_JOB_NUM_NODES": "2",
-    "SLURM_NODELIST": "gpu[07-08]", "SLURM_JOB_ID": "123456", "SLURM_JOB_NAME": "train",
+    "SLURM_NODELIST": "gpu[07-08]", "SLURM_JOB_ID": "123456", "SLURM_JOB_NAME": "train", "SLURM_STEP_ID": "0",
+    "SLURM_STEP_NUM_TASKS": "4", "SLURM_STEP_NUM_NODES": "2", "SLURM_NNODES": "2", "SLURM_TASKS_PER_NODE": "2(x2)",
+}  # fmt: skip
+BATCH = {  # sbatch's batch step, the script's own process (no srun): one node, no tasks asked for, Slurm before 26.05
+    "SLURM_JOB_ID": "123456", "SLURM_JOB_NAME": "train.sh", "SLURM_PROCID": "0", "SLURM_LOCALID": "0",
+    "SLURM_NODEID": "0", "SLURM_JOB_NUM_NODES": "1", "SLURM_NNODES": "1", "SLURM_NODELIST": "gpu07",
+    "SLURM_JOB_NODELIST": "gpu07", "SLURM_TASKS_PER_NODE": "1", "ENVIRONMENT": "BATCH",
+}  # fmt: skip
+PTY = {  # srun --pty zsh: an interactive shell, step 0's one task in a terminal
+    "SLURM_JOB_ID": "123457", "SLURM_JOB_NAME": "zsh", "SLURM_NTASKS": "1", "SLURM_PROCID": "0", "SLURM_LOCALID": "0",
+    "SLURM_NODEID": "0", "SLURM_JOB_NUM_NODES": "1", "SLURM_NODELIST": "gpu07", "SLURM_STEP_ID": "0",
+    "SLURM_STEP_NUM_TASKS": "1", "SLURM_STEP_NUM_NODES": "1", "SLURM_PTY_PORT": "44152", "SLURM_PTY_WIN_COL": "144",
+    "SLURM_PTY_WIN_ROW": "38",
 }  # fmt: skip
 UNDER_TORCHRUN = {  # what torchrun gives its workers (rank 1 of 2, one per host), on any platform
     "TORCHELASTIC_RUN_ID": "none", "RANK": "1", "LOCAL_RANK": "0", "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "1",
@@ -178,6 +190,84 @@ def test_platforms(name):
 def test_a_platform_s_bad_variables_are_named(env, message):
     with pytest.raises(UserError, match=message):
         plan(env)
+
+
+# name: a Slurm process that is no job's, exactly its variables (issue 48, item 9)
+SLURM_SHELLS = {
+    "srun --pty zsh": PTY,
+    "salloc -J dev, then srun --pty bash": {**PTY, "SLURM_JOB_NAME": "dev"},
+    "salloc's interactive step (LaunchParameters=use_interactive_step)": {
+        "SLURM_JOB_ID": "8170820", "SLURM_JOB_NAME": "dev", "SLURM_PROCID": "0", "SLURM_LOCALID": "0",
+        "SLURM_NODEID": "0", "SLURM_JOB_NUM_NODES": "1", "SLURM_NNODES": "1", "SLURM_NODELIST": "gpu07",
+        "SLURM_STEP_ID": "4294967290", "SLURM_STEPID": "4294967290", "SLURM_STEP_NUM_TASKS": "1",
+        "SLURM_STEP_NUM_NODES": "1", "SLURM_PTY_PORT": "44152", "SLURM_PTY_WIN_COL": "144", "SLURM_PTY_WIN_ROW": "38",
+    },
+    "salloc's interactive step, Slurm 26.05 (the step id signed)": {
+        "SLURM_JOB_ID": "8170820", "SLURM_JOB_NAME": "dev", "SLURM_PROCID": "0", "SLURM_LOCALID": "0",
+        "SLURM_NODEID": "0", "SLURM_JOB_NUM_NODES": "1", "SLURM_NODELIST": "gpu07", "SLURM_STEP_ID": "-6",
+        "SLURM_STEP_NUM_TASKS": "1",
+    },
+    "Jupyter's kernel, the server started by an sbatch script": {**BATCH, "JPY_PARENT_PID": "4242"},
+    "Jupyter's kernel, the server started by srun": {**PTY, "SLURM_JOB_NAME": "jupyter", "JPY_PARENT_PID": "4242",
+        "SLURM_PTY_PORT": None, "SLURM_PTY_WIN_COL": None, "SLURM_PTY_WIN_ROW": None},
+    "salloc's shell on the login node (no step)": {"SLURM_JOB_ID": "123458", "SLURM_JOB_NAME": "dev",
+        "SLURM_NTASKS": "4", "SLURM_JOB_NUM_NODES": "1", "SLURM_NODELIST": "gpu07"},
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", SLURM_SHELLS)
+def test_an_interactive_slurm_shell_or_step_is_no_job(name):
+    """Issue 48, item 9: these were taken for Slurm jobs (auto-resume, stop registration, failure handling); only a
+    task srun started, the batch script's one task, or a launcher's is one."""
+    env = {k: v for k, v in SLURM_SHELLS[name].items() if v is not None}
+    p = plan(env, hostname=HOSTNAME)
+    assert (p.platform, p.launcher, p.in_job, p.hosts, p.world_size) == ("", "none", False, ("localhost",), 1)
+
+
+# name: (a Slurm job's process, exactly its variables; the GPUs here; (launcher, hosts, processes per host), variables)
+SLURM_JOBS = {
+    "sbatch's batch step, one task: the script's python is the job": (BATCH, {},
+        ("process", (HOSTNAME,), 1), {"MASTER_ADDR": HOSTNAME, "MASTER_PORT": "18456", "WORLD_SIZE": "1"}),
+    "the batch step, Slurm 26.05 (SLURM_STEP_ID=-5), --ntasks=1, 4 GPUs: Lightning starts 4": (
+        {**BATCH, "SLURM_STEP_ID": "-5", "SLURM_STEPID": "-5", "SLURM_NTASKS": "1", "SLURM_NPROCS": "1"}, {"gpus": 4},
+        ("process", (HOSTNAME,), 4), {"WORLD_SIZE": "4", "PL_TRAINER_DEVICES": "4", "NODE_RANK": "0"}),
+    "srun -n 4 inside an interactive shell: its tasks inherit SLURM_PTY_PORT, and are a job": (
+        {**SLURM, "SLURM_PTY_PORT": "44152", "SLURM_PTY_WIN_COL": "144", "SLURM_PTY_WIN_ROW": "38"}, {},
+        ("srun", ("gpu07", "gpu08"), 2), {"RANK": "3", "WORLD_SIZE": "4"}),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", SLURM_JOBS)
+def test_the_batch_steps_one_task_is_a_job(name):
+    """Issue 48, item 9: sbatch's batch step with one task is a job of one host (it was none where no task was asked
+    for); srun's tasks stay a job wherever they run."""
+    env, settings, (launcher, hosts, per_host), variables = SLURM_JOBS[name]
+    p = plan(env, hostname=HOSTNAME, **settings)
+    assert (p.platform, p.launcher, p.hosts, p.processes_per_host, p.in_job) == (
+        "Slurm",
+        launcher,
+        hosts,
+        per_host,
+        True,
+    )
+    assert {k: p.env.get(k) for k in variables} == variables
+
+
+@pytest.mark.parametrize(
+    "env",
+    [
+        {**BATCH, "SLURM_NTASKS": "4", "SLURM_NPROCS": "4", "SLURM_NTASKS_PER_NODE": "4", "SLURM_TASKS_PER_NODE": "4"},
+        {**BATCH, "SLURM_JOB_NUM_NODES": "2", "SLURM_NNODES": "2", "SLURM_NODELIST": "gpu[07-08]"},
+    ],
+    ids=["--ntasks-per-node=4", "--nodes=2"],
+)  # fmt: skip
+def test_an_sbatch_script_that_starts_one_process_where_tasks_were_asked_for_is_one_line(env):
+    """Issue 48, item 9: `python train.py` in an sbatch script of --ntasks-per-node=4 (or two nodes), without srun,
+    waited for 3 ranks until dist_timeout; now one line says to start it with srun."""
+    with pytest.raises(UserError, match=r"this is the sbatch script's own process, but the job asked for \d tasks on "
+                       r"\d nodes .*: start the training with srun in the script") as raised:  # fmt: skip
+        plan(env, hostname=HOSTNAME)
+    assert "\n" not in str(raised.value)
 
 
 def test_slurm_host_lists():

@@ -9,7 +9,8 @@ Recognised in this order (the first that matches):
   Kubeflow    PET_NNODES: a PyTorchJob or TrainJob, run under torchrun (kubeflow.py)
   env         MASTER_ADDR, RANK and WORLD_SIZE without LOCAL_RANK: one process per pod, as a PyTorchJob without PET_*
               or any launcher that sets torch's own variables (torch_env.py)
-  Slurm       SLURM_PROCID under srun (slurm.py)
+  Slurm       SLURM_PROCID of a task srun started, or of the sbatch script's own process; not an interactive shell
+              or step, nor a Jupyter kernel (slurm.py)
   none        a single process (a laptop, a notebook): the runtime's LightningCLI is Lightning's own
 
     PET_NNODES=2 PET_NPROC_PER_NODE=auto PET_NODE_RANK=1 PET_MASTER_ADDR=job-master-0 PET_MASTER_PORT=23456 \\
