@@ -143,6 +143,15 @@ def _user_error(e: BaseException | None) -> BaseException | None:
     return e
 
 
+def _user_line(e: BaseException) -> str:
+    """A UserError's line; of one raised in a DataLoader worker (streamed data refused there: data/decoders.py), which
+    torch raises again in the loader's process with the worker's traceback in its text, the error's own last line."""
+    text = str(_user_error(e))
+    if text.startswith("Caught UserError in DataLoader worker"):
+        return text.rstrip().splitlines()[-1].split("UserError: ", 1)[-1]
+    return text
+
+
 def _configuration(e: BaseException, ctx: dict) -> str:
     """A class built from the configuration refused its arguments."""
     asked = str(ctx.get("accelerator", "")).lower()
@@ -224,7 +233,7 @@ STOPPED = (
 EXCEPTIONS: list[
     tuple[Callable[[BaseException], bool], Callable[[BaseException, dict], str | None], int, bool, bool]
 ] = [
-    (lambda e: _user_error(e) is not None, lambda e, ctx: str(_user_error(e)), 1, False, True),
+    (lambda e: _user_error(e) is not None, lambda e, ctx: _user_line(e), 1, False, True),
     (
         _named("ArgumentError"),
         lambda e, ctx: f"bad hyperparameter: {argument_problem(str(e))}; {ctx.get('help', '--help')} lists them",

@@ -79,3 +79,30 @@ def test_litdatas_bare_s3_error_is_one_line(aws, tmp_path):
     line, code, traceback, file = failure.explain(raised.value, stage="train")
     assert line.startswith("a streamed dataset could not be read from S3 (HeadObject: 404 Not Found): its s3:// ")
     assert (code, traceback, file) == (1, False, True)
+
+
+def test_a_prefix_whose_data_would_run_code_is_one_line_and_runs_nothing(aws, tmp_path):
+    """The issue's case on S3 (tests/plugins/planted_data.py): check_source reads the prefix's index.json and refuses
+    the planted field in one line, and so does the runtime's check of a StreamingDataset of the prefix; the marker is
+    never written. The same items without it pass both."""
+    from litdata import StreamingDataLoader, StreamingDataset
+    from planted_data import optimized
+
+    marker = str(tmp_path / "ran")
+    s3 = boto3.client("s3")
+    s3.create_bucket(Bucket="datasets")
+    for name, marked in (("planted", marker), ("clean", None)):
+        folder = optimized(tmp_path / name, marked)
+        for file in os.listdir(folder):
+            s3.upload_file(os.path.join(folder, file), "datasets", f"{name}/{file}")
+    line = "s3://datasets/planted holds data that could run code when read, refused unread: field 'extra' is stored as "
+    with pytest.raises(UserError) as raised:
+        streaming.check_source("s3://datasets/planted")
+    assert str(raised.value).startswith(f"{line}'pickle'") and "\n" not in str(raised.value), str(raised.value)
+    dataset = StreamingDataset("s3://datasets/planted", cache_dir=str(tmp_path / "cache"))
+    with pytest.raises(UserError, match=f"^{line}'pickle'"):
+        streaming.check(StreamingDataLoader(dataset, batch_size=4), 0, 1, None)
+    assert not os.path.exists(marker)
+    streaming.check_source("s3://datasets/clean")
+    clean = StreamingDataset("s3://datasets/clean", cache_dir=str(tmp_path / "cache2"))
+    streaming.check(StreamingDataLoader(clean, batch_size=4), 0, 1, None)

@@ -149,7 +149,7 @@ def test_a_continued_run_skips_the_steps_it_holds_and_keeps_its_parameters(mlflo
     from sagemaker_lightning.tracking import mlflow_run
 
     client, recorded = connect(mlflow_server.url), []
-    first = mlflow_run.Run(mlflow_server.url, "direct", "job-1", {}, None, lambda *ids: recorded.append(ids))
+    first = mlflow_run.Run(mlflow_server.url, "direct", "job-1", {}, None, lambda *ids: recorded.append(ids), "job-1")
     first.params({"lr": "0.1", "epochs": "3"})
     for step in range(1, 6):
         first.log({"train/loss": 1.0 / step}, step)
@@ -158,7 +158,9 @@ def test_a_continued_run_skips_the_steps_it_holds_and_keeps_its_parameters(mlflo
     ((run_id, _),) = recorded
     assert client.get_run(run_id).info.status == "FAILED"
 
-    second = mlflow_run.Run(mlflow_server.url, "direct", "job-1", {}, run_id, lambda *ids: recorded.append(ids))
+    second = mlflow_run.Run(
+        mlflow_server.url, "direct", "job-1", {}, run_id, lambda *ids: recorded.append(ids), "job-1"
+    )
     assert second.is_open.wait(30) and client.get_run(run_id).info.status == "RUNNING"
     second.params({"lr": "0.2", "epochs": "3", "new": "x"})
     for step in range(3, 8):
@@ -173,3 +175,82 @@ def test_a_continued_run_skips_the_steps_it_holds_and_keeps_its_parameters(mlflo
     said = [line for line in capsys.readouterr().out.splitlines() if line.startswith("mlflow: ")]
     assert f"mlflow: run {run_id} continued (restart 1) in experiment 'direct' on {mlflow_server.url}" in said
     assert "mlflow: 1 parameter(s) differ from the run's (lr): the run keeps its values" in " ".join(said)
+
+
+def tracked(url: str, experiment: str, job: str | None, dirpath: str, step: int = 1) -> str:
+    """A fit's tracking in this process, as global rank 0 runs it (tracker.Tracker): the run opened from what the
+    checkpoint directory `dirpath` records, one point logged, FINISHED. Returns the run's id."""
+    from types import SimpleNamespace
+
+    from sagemaker_lightning.tracking.tracker import Tracker
+
+    tracker = Tracker(url, experiment, job, {}, "localhost", None, False, False, lambda: "seed: 1")
+    trainer = SimpleNamespace(is_global_zero=True, checkpoint_callback=SimpleNamespace(dirpath=dirpath))
+    tracker.on_fit_start(trainer, None)
+    assert tracker.run.is_open.wait(30)
+    run_id = tracker.run.run_id
+    tracker.run.log({"train/loss": 1.0}, step)
+    tracker.on_fit_end(trainer, None)
+    return run_id
+
+
+def unchanged(client, run_id: str):
+    """What a job that does not continue a run must leave as it is: its status, tags, parameters and metrics."""
+    run = client.get_run(run_id)
+    metrics = {key: [(m.step, m.value) for m in client.get_metric_history(run_id, key)] for key in run.data.metrics}
+    return run.info.status, run.data.tags, run.data.params, metrics
+
+
+def test_a_planted_record_naming_another_experiments_run_starts_a_new_run(mlflow_server, tmp_path, capsys):
+    """A SageMaker job whose checkpoint location holds a planted mlflow-run.json naming another team's run (its job
+    field forged to this job's public name): the run is in another experiment, so this job makes a run of its own and
+    the other run keeps its status, tags, parameters and metrics."""
+    client = connect(mlflow_server.url)
+    theirs = tracked(mlflow_server.url, "team-a", "job-a", str(tmp_path / "a"))
+    before = unchanged(client, theirs)
+    planted = tmp_path / "b"
+    planted.mkdir()
+    (planted / "mlflow-run.json").write_text(json.dumps({"run_id": theirs, "job": "job-b"}))
+    capsys.readouterr()
+    mine = tracked(mlflow_server.url, "team-b", "job-b", str(planted), step=9)
+    said = lines(capsys.readouterr().out)
+    assert mine != theirs and unchanged(client, theirs) == before, said
+    assert said[0] == (
+        f"mlflow: run {theirs}, which the checkpoints name, is not continued: it is in another experiment (id "
+        f"{client.get_run(theirs).info.experiment_id}); this job starts a run of its own and leaves that one as it is"
+    )
+    assert said[1].startswith(f"mlflow: run {mine} created in experiment 'team-b'"), said
+    assert json.loads((planted / "mlflow-run.json").read_text())["run_id"] == mine
+
+
+def test_elsewhere_a_copied_checkpoint_directory_is_another_job_and_a_restart_the_same(
+    mlflow_server, tmp_path, capsys, monkeypatch
+):
+    """Off SageMaker (no job name: Kubeflow, Slurm, torchrun) a job is its checkpoint directory. A job on a copy of
+    another's directory makes a run of its own, also where its record is forged to name the copy; a restart on the
+    same directory continues its run; MLFLOW_RUN_ID attaches a job to a run of another experiment, which the line
+    names."""
+    import shutil
+
+    client = connect(mlflow_server.url)
+    first = tracked(mlflow_server.url, "shared", None, str(tmp_path / "a"))
+    before = unchanged(client, first)
+    shutil.copytree(tmp_path / "a", tmp_path / "b")
+    capsys.readouterr()
+    copied = tracked(mlflow_server.url, "shared", None, str(tmp_path / "b"))
+    assert copied != first and unchanged(client, first) == before
+    assert f"mlflow: the checkpoints are job {tmp_path / 'a'}'s (run {first}), not this job's ({tmp_path / 'b'})" in (
+        capsys.readouterr().out
+    )
+    shutil.copytree(tmp_path / "a", tmp_path / "c")
+    (tmp_path / "c" / "mlflow-run.json").write_text(json.dumps({"run_id": first, "job": str(tmp_path / "c")}))
+    forged = tracked(mlflow_server.url, "shared", None, str(tmp_path / "c"))
+    assert forged not in (first, copied) and unchanged(client, first) == before
+    assert f"is not continued: its tag sagemaker_lightning.job names {tmp_path / 'a'}, not this job" in (
+        capsys.readouterr().out
+    )
+    assert tracked(mlflow_server.url, "shared", None, str(tmp_path / "b"), step=2) == copied  # a restart
+    assert f"mlflow: run {copied} continued (restart 1) in experiment 'shared'" in capsys.readouterr().out
+    monkeypatch.setenv("MLFLOW_RUN_ID", first)
+    assert tracked(mlflow_server.url, "mine", None, str(tmp_path / "d"), step=2) == first
+    assert f"mlflow: run {first} continued (restart 1) in experiment 'shared'" in capsys.readouterr().out

@@ -65,6 +65,21 @@ def wrapped(cause: BaseException) -> ValueError:
     return e
 
 
+def from_worker(e: BaseException) -> BaseException:
+    """`e` raised in a DataLoader worker, as torch raises it again in the loader's process: the worker's traceback in
+    its text."""
+    from torch._utils import ExceptionWrapper
+
+    try:
+        raise e
+    except type(e):
+        wrapper = ExceptionWrapper(where="in DataLoader worker process 0")
+    try:
+        wrapper.reraise()
+    except type(e) as again:
+        return again
+
+
 class OutOfMemoryError(RuntimeError):  # stands for torch.OutOfMemoryError: the table matches by class name
     pass
 
@@ -77,6 +92,9 @@ class OutOfMemoryError(RuntimeError):  # stands for torch.OutOfMemoryError: the 
         # from the class's error: the project's UserError is still the line
         (wrapped(failure.UserError("data.batch_size=-4 is not a batch size")), {"stage": "configure"},
          "data.batch_size=-4 is not a batch size", 1, False),
+        # raised in a DataLoader worker (streamed data refused there): its own line, not torch's traceback
+        (from_worker(failure.UserError("s3://b/ids holds data that could run code")), {"stage": "train"},
+         "s3://b/ids holds data that could run code", 1, False),
         (OutOfMemoryError("CUDA out of memory. Tried to allocate 2 GiB"), {"host": "algo-2", "rank": 3},
          "out of GPU memory on host algo-2 rank 3 (CUDA out of memory. Tried to allocate 2 GiB); lower data.batch_size", 1, False),
         (ValueError("gpu"), {"stage": "configure", "accelerator": "gpu", "cuda_available": False},
@@ -93,6 +111,7 @@ class OutOfMemoryError(RuntimeError):  # stands for torch.OutOfMemoryError: the 
 def test_exceptions_become_one_line(exception, ctx, expected, code, traceback):
     line, exit_code, show_traceback, file = failure.explain(exception, **ctx)
     assert line.startswith(expected) and (exit_code, show_traceback) == (code, traceback)
+    assert "\n" not in line or show_traceback
 
 
 def test_sigterm_is_a_stop_not_a_failure():

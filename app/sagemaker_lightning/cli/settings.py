@@ -16,6 +16,7 @@ from sagemaker_lightning.checkpoints import compile_cache
 from sagemaker_lightning.checkpoints.last import AUTO_INTERVAL_S
 from sagemaker_lightning.cli import lightning_package
 from sagemaker_lightning.cli.concern import Context, Part
+from sagemaker_lightning.data import decoders
 from sagemaker_lightning.health import preflight, watchdog
 from sagemaker_lightning.launch.plan import DEFAULT_TIMEOUT_S
 from sagemaker_lightning.launch.platforms import kubeflow, sagemaker
@@ -91,6 +92,15 @@ SETTINGS = (
         False,
         f"torch.compile's cache saved with the checkpoints ({compile_cache.FILE}) and loaded when the job resumes: "
         "it holds code torch runs, so turn it on only where no one else can write the checkpoint location",
+    ),
+    # data streamed with litdata (data/decoders.py)
+    Setting(
+        decoders.SETTING,
+        list[str],
+        [],
+        "litdata decoders a streamed dataset may use beyond numbers, arrays, text and images "
+        f"({', '.join(sorted(decoders.ADMITTED))}), e.g. [pickle]: each can run code that whoever can write the data's "
+        "prefix or channel chose, so name one only where no one else can write it",
     ),
     # platforms beyond SageMaker's training jobs (docs/platforms.md)
     Setting(

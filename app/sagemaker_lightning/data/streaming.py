@@ -22,7 +22,8 @@ runtime gets around each defect found (docs/streaming.md, with the tests):
   - a plain-http S3 endpoint (S3-compatible stores, moto) fails every chunk download ("builder error": litdata's
     obstore client lacks allow_http): it is allowed where the endpoint is http.
 
-A dataset with a setting that cannot resume exactly is refused in one line before the first step (`check`).
+A dataset with a setting that cannot resume exactly is refused in one line before the first step (`check`), and so is
+one whose fields litdata would decode with a decoder that can run code (decoders.py).
 
     python -c "from sagemaker_lightning.data import streaming; help(streaming.check)"
 """
@@ -32,6 +33,7 @@ import os
 import sys
 
 from sagemaker_lightning.checkpoints.location import inside
+from sagemaker_lightning.data import decoders
 from sagemaker_lightning.data.resumable import seed_all
 from sagemaker_lightning.failure import UserError
 
@@ -87,6 +89,7 @@ def check(loader, rank: int, world_size: int, checkpoint_dir: str | None) -> Non
                 "uploads; leave StreamingDataset's cache_dir unset (the job's own cache) or name another folder"
             )
         _check_cache_size(dataset, loader)
+        decoders.check_dataset(dataset, loader)
 
 
 def _check_cache_size(dataset, loader) -> None:
@@ -108,9 +111,10 @@ def _check_cache_size(dataset, loader) -> None:
 
 def check_source(url: str, storage_options: dict | None = None) -> None:
     """One line when `url` is not a dataset litdata optimized that this job can read: an s3:// prefix (its bucket
-    listed, its index.json there) or a directory (a channel) with index.json. litdata itself fails on either with a
-    bare 404 (HeadObject), whatever the cause. An s3:// prefix at a plain-http endpoint is read over http
-    (allow_plain_http): a dataset made before the loader, as litdata asks (in setup()), reads its index then."""
+    listed, its index.json there) or a directory (a channel) with index.json; or when its index.json names a decoder
+    that can run code (decoders.check_index). litdata itself fails on a missing index with a bare 404 (HeadObject),
+    whatever the cause. An s3:// prefix at a plain-http endpoint is read over http (allow_plain_http): a dataset made
+    before the loader, as litdata asks (in setup()), reads its index then."""
 
     def not_optimized(held: list[str] | None) -> UserError:  # held: what the folder or prefix holds, None: no folder
         what = "does not exist" if held is None else f"holds {', '.join(held[:3])}" if held else "is empty"
@@ -122,7 +126,7 @@ def check_source(url: str, storage_options: dict | None = None) -> None:
     if not url.startswith("s3://"):
         if not os.path.isfile(os.path.join(url, INDEX)):
             raise not_optimized(sorted(os.listdir(url)) if os.path.isdir(url) else None)
-        return
+        return decoders.check_index(decoders.read_index(url), url)
     allow_plain_http(storage_options)
     import boto3
     from botocore.exceptions import BotoCoreError, ClientError
@@ -133,10 +137,10 @@ def check_source(url: str, storage_options: dict | None = None) -> None:
     s3 = boto3.client("s3", **({"endpoint_url": endpoint} if endpoint else {}))
     try:
         held = [o["Key"] for o in s3.list_objects_v2(Bucket=bucket, Prefix=prefix, MaxKeys=4).get("Contents", [])]
-        s3.head_object(Bucket=bucket, Key=f"{prefix}/{INDEX}" if prefix else INDEX)
+        index = s3.get_object(Bucket=bucket, Key=f"{prefix}/{INDEX}" if prefix else INDEX)["Body"].read()
     except ClientError as e:
         code, operation = e.response.get("Error", {}).get("Code", "?"), e.operation_name
-        if code in ("404", "NoSuchKey") and operation == "HeadObject":
+        if code in ("404", "NoSuchKey") and operation == "GetObject":
             raise not_optimized(held) from None
         if code == "NoSuchBucket":
             raise UserError(f"bucket {bucket} of {url} does not exist; check the data URI") from None
@@ -146,6 +150,7 @@ def check_source(url: str, storage_options: dict | None = None) -> None:
         ) from None
     except BotoCoreError as e:
         raise UserError(f"cannot reach S3 for {url} ({e}); check the job's network (VPC endpoint) and region") from None
+    decoders.check_index(decoders.parsed(index), url)
 
 
 def localized(state: dict, dataset) -> dict:
@@ -195,6 +200,8 @@ def _shuffler(dataset, cache):
     """The dataset's shuffler, made in every process that iterates it (a DataLoader worker too)."""
     allow_plain_http(dataset.storage_options)
     shuffler = type(dataset)._create_shuffler(dataset, cache)
+    # the index this reader decodes with: litdata reads it anew for each reader (each worker, each epoch)
+    decoders.check_cache(cache, dataset.input_dir.url or dataset.input_dir.path, dataset.serializers)
     if type(shuffler).__name__ == "FullShuffle":
         shuffler.__class__ = _global_shuffle()
     return shuffler

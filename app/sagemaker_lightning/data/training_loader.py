@@ -6,8 +6,11 @@ that a restarted job trains on exactly the samples the interrupted one had not r
     python app/example/train.py ... --checkpoint.dirpath ckpts     # in a job: resumes mid-epoch from last.ckpt
 """
 
+import os
+
 from sagemaker_lightning.cli.concern import Context, Part
 from sagemaker_lightning.cli.lightning_package import attribute, made
+from sagemaker_lightning.data import decoders
 from sagemaker_lightning.data.resumable import resumable
 from sagemaker_lightning.data.streaming import StreamingEpochs, is_streaming, prepared
 
@@ -40,7 +43,9 @@ class TrainingLoader:
 
 
 def concern(ctx: Context) -> Part:
-    """In a job: the training loader wrapped, and a streamed one's epochs kept exact (StreamingEpochs)."""
+    """In a job: the training loader wrapped, and a streamed one's epochs kept exact (StreamingEpochs). Anywhere: the
+    decoders the project admits for streamed data (decoders.SETTING), handed to every check of the process."""
+    decoders.admit(ctx.config.get(decoders.SETTING), os.environ)
     if not ctx.plan.in_job:
         return Part()
     return Part(callbacks=[made(TrainingLoader, ctx.pl)(), made(StreamingEpochs, ctx.pl)(ctx.plan.checkpoint_dir)])

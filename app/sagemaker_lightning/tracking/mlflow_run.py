@@ -1,8 +1,9 @@
 """The MLflow run of one training job, written from a thread of its own so that tracking never costs training: the
 training thread only queues (`log`, `params`, `artifacts`), and the thread sends, in order, what it was given.
 
-Opening the run continues the one the job recorded (its checkpoint directory, its checkpoints, MLFLOW_RUN_ID) or
-creates one named after the job, sets it RUNNING and reads what it already holds: each metric's highest step (a
+Opening the run continues the one the job recorded (its checkpoint directory, its checkpoints: only a run in the job's
+experiment whose tag names the job, record.refusal; or MLFLOW_RUN_ID's, as it is) or creates one named after the job,
+sets it RUNNING and reads what it already holds: each metric's highest step (a
 point at or below it is never sent again: MLflow appends a repeated step, it cannot replace one, so every metric's
 history keeps unique, increasing steps) and its parameters (one unchanged passes; a changed one, which MLflow refuses
 with INVALID_PARAMETER_VALUE, is kept as it was and the new value goes into a tag `changed.<key>`).
@@ -24,6 +25,7 @@ from collections.abc import Callable, Mapping
 from sagemaker_lightning.cli.redact import shown_url
 from sagemaker_lightning.lines import say
 from sagemaker_lightning.tracking.mlflow_client import MAX_VALUE, connect, key, kind, why
+from sagemaker_lightning.tracking.record import JOB, refusal
 
 QUEUE_MAX = 10_000  # metric points waiting for the server; past that, new ones are dropped (counted, said)
 BATCH = 1000  # metric points a request carries: MLflow's limit for log_batch; params and tags go 100 at a time
@@ -38,7 +40,8 @@ METRICS, OPEN = "log the metrics", "open the run"  # what two of the thread's re
 
 class Run:
     """The run of the job on `uri`, from global rank 0 (module docstring). `continues`: the run id to continue, if
-    any; `opened(run_id, experiment_id)`: called on the thread once the run is open (the record is written there)."""
+    any, MLFLOW_RUN_ID's when `explicit`; `opened(run_id, experiment_id)`: called on the thread once the run is open
+    (the record is written there); `job`: the job's identity (record.identity), the tag JOB of a run it makes."""
 
     def __init__(
         self,
@@ -48,10 +51,12 @@ class Run:
         tags: Mapping[str, str],
         continues: str | None,
         opened: Callable[[str, str], None],
+        job: str | None = None,
+        explicit: bool = False,
     ):
         self.uri, self.experiment, self.name, self.tags = uri, experiment, name, dict(tags)
         self.shown = shown_url(uri)  # as the lines name the server
-        self.continues, self.opened = continues, opened
+        self.continues, self.opened, self.job, self.explicit = continues, opened, job, explicit
         self.run_id: str | None = None
         self.experiment_id: str | None = None
         self.client = None  # MlflowClient, made on the thread
@@ -169,25 +174,20 @@ class Run:
         say(f"mlflow: {why}: tracking dropped for this job; training goes on")
 
     def _open(self, _) -> None:
-        from mlflow.exceptions import MlflowException
-
-        client, run = self.client, None
-        if self.continues:
-            try:
-                run = client.get_run(self.continues)
-            except MlflowException as e:
-                if e.error_code != "RESOURCE_DOES_NOT_EXIST":
-                    raise
-                say(f"mlflow: the run {self.continues} the job recorded is not on {self.shown}: a new run")
+        client = self.client
+        experiment = client.get_experiment_by_name(self.experiment)
+        experiment_id = experiment.experiment_id if experiment is not None else None
+        run = self._continued(experiment_id) if self.continues else None
         if run is None:
-            experiment = client.get_experiment_by_name(self.experiment)
-            if experiment is not None:
-                experiment_id = experiment.experiment_id
-            else:
+            if experiment_id is None:
                 experiment_id = client.create_experiment(self.experiment)
-            run = client.create_run(experiment_id, run_name=self.name, tags={**self.tags, RESTARTS: "0"})
-            tags = {}
-        else:
+            made = {**self.tags, RESTARTS: "0", **({JOB: self.job} if self.job else {})}
+            run = client.create_run(experiment_id, run_name=self.name, tags=made)
+            tags, named = {}, self.experiment
+        else:  # the line names the run's experiment: MLFLOW_RUN_ID's run may be in another
+            named = self.experiment
+            if run.info.experiment_id != experiment_id:
+                named = client.get_experiment(run.info.experiment_id).name
             client.update_run(run.info.run_id, status="RUNNING")
             self._params = dict(run.data.params)
             # each metric's point at its largest step, as the run holds it: MLflow's own system metrics monitor reads
@@ -202,7 +202,28 @@ class Run:
             say(f"mlflow: could not record the run id ({type(e).__name__}: {e}): a restarted job starts a new run")
         self.is_open.set()
         continued = f"continued (restart {tags[RESTARTS]})" if tags else "created"
-        say(f"mlflow: run {self.run_id} {continued} in experiment {self.experiment!r} on {self.shown}")
+        say(f"mlflow: run {self.run_id} {continued} in experiment {named!r} on {self.shown}")
+
+    def _continued(self, experiment_id: str | None):
+        """The run to continue (self.continues), or None: one the server does not hold; one the record proposed that is
+        not this job's (record.refusal: another experiment, another job's tag), said in one line. MLFLOW_RUN_ID's
+        (self.explicit) is taken as it is: whoever starts the job chose it."""
+        from mlflow.exceptions import MlflowException
+
+        try:
+            run = self.client.get_run(self.continues)
+        except MlflowException as e:
+            if e.error_code != "RESOURCE_DOES_NOT_EXIST":
+                raise
+            say(f"mlflow: the run {self.continues} the job recorded is not on {self.shown}: a new run")
+            return None
+        if not self.explicit and (why := refusal(run.info.experiment_id, run.data.tags, experiment_id, self.job)):
+            say(
+                f"mlflow: run {self.continues}, which the checkpoints name, is not continued: {why}; this job starts a "
+                "run of its own and leaves that one as it is"
+            )
+            return None
+        return run
 
     def _log(self, metrics=(), params=None, tags=None) -> None:
         """One log_batch call per MLflow's limits (BATCH metrics, 100 params, 100 tags a request)."""

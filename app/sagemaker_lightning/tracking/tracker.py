@@ -11,7 +11,9 @@ turns it on (an MLFLOW_TRACKING_URI in a developer's shell is for their own tool
   name less the SDK's timestamp; tagged with the job, its hosts, the instance type and its restarts. Its id is kept
   where a restarted job finds it: RECORD in the checkpoint directory (synced to S3) and in each checkpoint (this
   callback's state); model_dir gets RECORD too (model.tar.gz). A restart of the same job continues the run and sets
-  it RUNNING; MLFLOW_RUN_ID attaches a job to another run (one that resumes another job's checkpoints).
+  it RUNNING, where the run agrees: in the job's experiment, its tag naming the job (its name on SageMaker, else its
+  checkpoint directory: record.py); MLFLOW_RUN_ID attaches a job to another run (one that resumes another job's
+  checkpoints).
 - What it holds: the progress lines' metrics (train/loss and images/s every trainer.log_every_n_steps steps and at
   the first, the validation line's val/ metrics after each validation), never a step twice; the resolved
   configuration (as config.yaml holds it, secrets redacted) as parameters; with `mlflow.log_model`, model.pt and
@@ -33,7 +35,7 @@ from sagemaker_lightning.cli.lightning_package import attribute, made
 from sagemaker_lightning.cli.redact import redacted, shown_url
 from sagemaker_lightning.failure import UserError
 from sagemaker_lightning.lines import say
-from sagemaker_lightning.tracking.record import continued, read_record, write_record
+from sagemaker_lightning.tracking.record import continued, identity, read_record, write_record
 from sagemaker_lightning.tracking.uri import check_uri, experiment_name
 
 OPEN_WAIT_S = 5.0  # the most a fit's start waits for the run's id, where it needs it (system metrics, MLFlowLogger)
@@ -56,12 +58,13 @@ class Tracker:
         self.config_yaml = config_yaml
         self.loggers = list(loggers)  # the project's MLFlowLoggers, which log through this run
         self.run = None  # mlflow_run.Run, on global rank 0 during a fit
+        self.identity: str | None = None  # what names this job to its run (record.identity), on global rank 0
         self._state: dict = {}  # the run a checkpoint named
         self._monitor = None
 
     def state_dict(self) -> dict:
         run_id = self.run.run_id if self.run else None
-        return {"run_id": run_id, "job": self.job} if run_id else dict(self._state)
+        return {"run_id": run_id, "job": self.identity} if run_id else dict(self._state)
 
     def load_state_dict(self, state_dict: dict) -> None:
         self._state = dict(state_dict)
@@ -72,15 +75,18 @@ class Tracker:
         if trainer.is_global_zero:
             dirpath = getattr(trainer.checkpoint_callback, "dirpath", None)  # the job's checkpoint directory
             record = read_record(dirpath)
-            continues = continued(os.environ, record, self._state, self.job)
+            self.identity = identity(self.job, dirpath)
+            continues, explicit = continued(os.environ, record, self._state, self.identity)
 
             def opened(run_id: str, experiment_id: str) -> None:
-                kept = {"run_id": run_id, "experiment_id": experiment_id, "job": self.job}
+                kept = {"run_id": run_id, "experiment_id": experiment_id, "job": self.identity}
                 kept["tracking_uri"] = shown_url(self.uri)
                 for directory in filter(None, (dirpath, self.model_dir)):
                     write_record(directory, kept)
 
-            self.run = mlflow_run.Run(self.uri, self.experiment, self.job, self.tags, continues, opened)
+            self.run = mlflow_run.Run(
+                self.uri, self.experiment, self.job, self.tags, continues, opened, self.identity, explicit
+            )
             self.run.params(mlflow_client.flat(_loaded(self.config_yaml())))
         if self.loggers or self.system_metrics:
             run_id = self.run.is_open.wait(OPEN_WAIT_S) and self.run.run_id if self.run else None

@@ -110,14 +110,58 @@ def test_the_experiment_is_the_setting_the_variable_the_loggers_or_the_jobs_base
 
 
 def test_a_restart_continues_its_jobs_run_and_another_jobs_checkpoints_start_a_new_one(capsys):
+    """The record, or the checkpoint's state, proposes a run for the same job only (the run must agree: refusal);
+    MLFLOW_RUN_ID names one explicitly. Off SageMaker a job is its checkpoint directory: a record written by the old
+    rule there (job null) proposes nothing."""
     mine, theirs = {"run_id": "r1", "job": "a"}, {"run_id": "r0", "job": "b"}
-    assert record.continued({}, mine, {}, "a") == "r1"  # the checkpoint directory's record
-    assert record.continued({}, {}, mine, "a") == "r1"  # the checkpoint's, where the record is gone
-    assert record.continued({"MLFLOW_RUN_ID": "r9"}, mine, mine, "a") == "r9"  # the explicit one wins
-    assert record.continued({}, {}, {}, "a") is None
+    assert record.continued({}, mine, {}, "a") == ("r1", False)  # the checkpoint directory's record
+    assert record.continued({}, {}, mine, "a") == ("r1", False)  # the checkpoint's, where the record is gone
+    assert record.continued({"MLFLOW_RUN_ID": "r9"}, mine, mine, "a") == ("r9", True)  # the explicit one wins
+    assert record.continued({}, {}, {}, "a") == (None, False)
     assert capsys.readouterr().out == ""
-    assert record.continued({}, theirs, {}, "a") is None
+    assert record.continued({}, theirs, {}, "a") == (None, False)
     assert "MLFLOW_RUN_ID=r0 continues that one instead" in capsys.readouterr().out
+    assert record.continued({}, {"run_id": "r0", "job": None}, {}, None) == (None, False)  # nothing names this job
+    assert record.continued({}, {"run_id": "r0", "job": None}, {}, "/ckpt") == (None, False)
+    assert "the checkpoints are job None's (run r0), not this job's (/ckpt)" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "job, dirpath, named",
+    [
+        ("cifar-2026-11-27-18-34-51-123", "/opt/ml/checkpoints", "cifar-2026-11-27-18-34-51-123"),  # SageMaker's name
+        (None, "s3://b/runs/a/", "s3://b/runs/a"),
+        (None, "s3://b/runs/x/../a", "s3://b/runs/a"),
+        (None, "file:///mnt/ckpt/./a/", "/mnt/ckpt/a"),
+        (None, "/mnt/ckpt/a/", "/mnt/ckpt/a"),
+        (None, None, None),
+    ],
+)
+def test_a_job_is_its_name_on_sagemaker_and_its_checkpoint_directory_elsewhere(job, dirpath, named):
+    assert record.identity(job, dirpath) == named
+
+
+def test_a_local_checkpoint_directory_is_named_resolved_so_a_copy_is_another_job(tmp_path):
+    (tmp_path / "a").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "a")
+    assert record.identity(None, str(tmp_path / "link")) == record.identity(None, str(tmp_path / "a" / "sub" / ".."))
+    assert record.identity(None, str(tmp_path / "copy")) != record.identity(None, str(tmp_path / "a"))
+
+
+@pytest.mark.parametrize(
+    "run_experiment, tags, experiment, job, why",
+    [
+        ("1", {record.JOB: "a"}, "1", "a", None),  # a restart of the job: continued
+        ("2", {record.JOB: "a"}, "1", "a", "it is in another experiment (id 2)"),  # a planted record: another team's
+        ("2", {record.JOB: "a"}, None, "a", "it is in another experiment (id 2)"),  # this job's experiment not made yet
+        ("1", {record.JOB: "b"}, "1", "a", f"its tag {record.JOB} names b, not this job (a)"),  # another job's
+        ("1", {}, "1", "a", f"its tag {record.JOB} names no job, not this job (a)"),  # made by no job of the runtime
+        ("1", {record.JOB: "/ckpt/a"}, "1", "/ckpt/b", f"its tag {record.JOB} names /ckpt/a, not this job (/ckpt/b)"),
+        ("1", {record.JOB: "a"}, "1", None, f"its tag {record.JOB} names a, not this job (None)"),
+    ],
+)
+def test_a_proposed_run_is_continued_only_where_the_run_agrees(run_experiment, tags, experiment, job, why):
+    assert record.refusal(run_experiment, tags, experiment, job) == why
 
 
 def test_a_uri_is_shown_without_its_password():
