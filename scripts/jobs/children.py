@@ -43,22 +43,19 @@ def settings(tuning: Tuning) -> list[dict[str, str]]:
     return [{r.key: r.point(i if r.kind == "Categorical" else i / max(n - 1, 1)) for r in ranges} for i in range(n)]
 
 
-def static(tuning: Tuning, code: str) -> dict[str, str]:
+def static(tuning: Tuning, code: str, region: str) -> dict[str, str]:
     """The static hyperparameters each SDK's tuner sends (StaticHyperParameters), with the code at `code`: SDK 2.x's
     Estimator JSON-encodes every value of a job with a source directory and adds its own sagemaker_* entries; SDK
-    3.x's tuner adds sagemaker_program and sagemaker_submit_directory as plain text (tests/unit/test_tuning.py holds
-    both to the SDKs' requests)."""
+    3.x's tuner adds sagemaker_program and sagemaker_submit_directory as plain text (tests/cloud/test_tuning_cloud.py
+    holds both to the SDKs' requests)."""
     job, hps = tuning.job, tuning.static
     if not job.source_dir:
         return hps
     if job.sdk == "v3":
         return {**hps, "sagemaker_program": job.entry_point, "sagemaker_submit_directory": code}
-    sdk = {
-        "sagemaker_program": job.entry_point,
-        "sagemaker_submit_directory": code,
-        "sagemaker_container_log_level": 20,
-    }
     encoded = {k: v if k.startswith("sagemaker_") else json.dumps(v) for k, v in hps.items()}
+    sdk = {"sagemaker_program": job.entry_point, "sagemaker_submit_directory": code, "sagemaker_job_name": tuning.name}
+    sdk |= {"sagemaker_region": region, "sagemaker_container_log_level": 20}  # logging.INFO, the SDK's default
     return {**encoded, **{k: json.dumps(v) for k, v in sdk.items()}}
 
 

@@ -28,7 +28,7 @@ STRATEGIES = ("Bayesian", "Random", "Hyperband", "Grid")
 # --range KEY=LOW:HIGH[:SCALE]: the API's ScalingType for each word (log: values > 0; reverse-log: 0 <= x < 1)
 SCALES = {"auto": "Auto", "linear": "Linear", "log": "Logarithmic", "reverse-log": "ReverseLogarithmic"}
 OBJECTIVE_KEY = "_tuning_objective_metric"  # what SageMaker adds to every child's hyperparameters: the objective
-KEY = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)+")  # a LightningCLI setting below its group: trainer.max_epochs
+KEY = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")  # a LightningCLI key: trainer.max_epochs, optimizer
 INTEGER = re.compile(r"[+-]?\d+")  # a bound written as an integer: an integer range
 EPOCHS = "trainer.max_epochs"  # Hyperband's resource: the most epochs a child trains (MaxResource)
 
@@ -51,7 +51,8 @@ class Range:
 
     def point(self, fraction: float) -> str:
         """The value `fraction` (0..1) of the way from low to high along the range's scale, as its child gets it:
-        integers as integers; categorical ranges cycle through their values (fraction as an index)."""
+        integers as integers, other numbers to 6 significant digits; categorical ranges cycle through their values
+        (fraction as an index)."""
         if self.kind == "Categorical":
             return self.values[int(fraction) % len(self.values)]
         low, high = float(self.low), float(self.high)
@@ -61,7 +62,7 @@ class Range:
             value = 1 - math.exp(math.log(1 - low) + fraction * (math.log(1 - high) - math.log(1 - low)))
         else:
             value = low + fraction * (high - low)
-        return str(round(value)) if self.kind == "Integer" else repr(value)
+        return str(round(value)) if self.kind == "Integer" else f"{value:.6g}"
 
 
 @dataclasses.dataclass(frozen=True)
