@@ -30,15 +30,14 @@ def find(client, name: str) -> dict:
 
 def report(best: dict) -> str:
     objective = best["FinalHyperParameterTuningJobObjectiveMetric"]
+    kind = f" ({objective['Type']})" if objective.get("Type") else ""  # optional in the API's shape
     tuned = " ".join(f"{k}={v}" for k, v in sorted(best["TunedHyperParameters"].items()))
     of = f" of {best['TuningJobName']}" if best.get("TuningJobName") else ""
     return "\n".join(
         [
             f"best child: {best['TrainingJobName']}{of} ({best['TrainingJobStatus']}; tuning job "
             f"{best['TuningJobStatus']})",
-            f"objective: {objective['MetricName']} = {objective['Value']:g} ({objective.get('Type', '')})".rstrip(
-                " ()"
-            ),
+            f"objective: {objective['MetricName']} = {objective['Value']:g}{kind}",
             f"hyperparameters: {tuned}",
             f"model.tar.gz: {best['ModelS3Uri']}",
         ]
