@@ -5,6 +5,8 @@ locally."""
 import json
 import math
 import os
+import re
+import shlex
 import subprocess
 
 import pytest
@@ -232,3 +234,26 @@ def test_bad_tuning_input_fails_before_the_sdk_is_imported(sdk, words, message, 
     )
     assert run.returncode == 1 and run.stdout == "sagemaker not imported\n", run.stdout + run.stderr
     assert run.stderr.startswith(f"error: {message}") and run.stderr.count("\n") == 1, run.stderr
+
+
+def shown_tune_commands() -> list[list[str]]:
+    """The words after `run_sagemaker.py tune` of every such command the README and docs/cloud.md show, their
+    placeholders (<URI>, $BUCKET, ...) filled in."""
+    commands = []
+    for doc in ("README.md", os.path.join("docs", "cloud.md")):
+        with open(os.path.join(ROOT, doc)) as f:
+            text = f.read().replace("\\\n", " ")
+        for line in re.findall(r"run_sagemaker\.py tune (.*)", text):
+            line = re.sub(r"<[^>]+>", "x", line.split("#")[0]).replace("$BUCKET", "bucket").replace("$IMAGE_URI", "i")
+            commands.append(shlex.split(line))
+    return commands
+
+
+def test_every_tune_command_the_docs_show_passes_the_checks():
+    """What can be checked here of each: its options and the tuning job they describe (the container and cloud tiers
+    run the local one and the requests)."""
+    shown = shown_tune_commands()
+    assert len(shown) >= 3
+    for words in shown:
+        t = tune(*words)
+        assert t.ranges and (t.max_jobs or t.strategy == "Grid")
