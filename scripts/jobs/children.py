@@ -48,7 +48,8 @@ def static(tuning: Tuning, code: str, region: str) -> dict[str, str]:
     Estimator JSON-encodes every value of a job with a source directory and adds its own sagemaker_* entries; SDK
     3.x's tuner adds sagemaker_program and sagemaker_submit_directory as plain text (tests/cloud/test_tuning_cloud.py
     holds both to the SDKs' requests)."""
-    job, hps = tuning.job, tuning.static
+    job = tuning.job
+    hps = job.hyperparameters
     if not job.source_dir:
         return hps
     if job.sdk == "v3":

@@ -36,7 +36,7 @@ def entry(tuning: Tuning) -> str:
 def arguments(tuning: Tuning) -> list[str]:
     """The probe's command line after the script: every static setting and each range's low end, `--key=value` as the
     runtime gives them (SageMaker's own sagemaker_* entries are not settings)."""
-    static = [f"--{k}={v}" for k, v in tuning.static.items() if not k.startswith("sagemaker_")]
+    static = [f"--{k}={v}" for k, v in tuning.job.hyperparameters.items() if not k.startswith("sagemaker_")]
     return ["fit", "--print_config", *static, *(f"--{r.key}={r.point(0)}" for r in tuning.ranges)]
 
 

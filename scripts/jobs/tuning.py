@@ -69,8 +69,7 @@ class Range:
 class Tuning:
     """One tuning job, resolved: all that either SDK's tuner sends, nothing left to check."""
 
-    job: Job  # what each child runs: its static hyperparameters, instances, channels, spot, checkpoints
-    name: str  # the tuning job's name: its children are <name>-NNN-xxxxxxxx
+    job: Job  # what each child runs: its static hyperparameters (none of them tuned), instances, channels, spot
     objective: str  # a metric definition's name (job.metrics): what SageMaker ranks the children by
     maximize: bool
     ranges: tuple[Range, ...]
@@ -86,10 +85,9 @@ class Tuning:
         return "Maximize" if self.maximize else "Minimize"
 
     @property
-    def static(self) -> dict[str, str]:
-        """The job's hyperparameters every child gets as they are: the tuned ones left out."""
-        tuned = {r.key for r in self.ranges}
-        return {k: v for k, v in self.job.hyperparameters.items() if k not in tuned}
+    def name(self) -> str:
+        """The tuning job's: the job's (--job-name and a timestamp); its children are <name>-NNN-xxxxxxxx."""
+        return self.job.name
 
 
 def fail(message: str):
@@ -200,7 +198,6 @@ def make_tuning(args: argparse.Namespace, job: Job) -> Tuning:
         fail("--warm-start is for tuning jobs in the cloud: local mode runs children, with no tuner to warm-start")
     return Tuning(
         job=job,
-        name=job.name,
         objective=objective,
         maximize=args.maximize,
         ranges=ranges,

@@ -94,7 +94,7 @@ def test_a_tuning_job_is_resolved_around_its_training_job():
     )
     assert (t.max_jobs, t.max_parallel_jobs, t.early_stopping, t.warm_start) == (8, 2, "Auto", ("parent-1", "parent-2"))
     assert [r.key for r in t.ranges] == ["optimizer.lr", "data.batch_size"] and t.hyperband is None
-    assert t.static == {"trainer.max_epochs": "3"} and t.job.spot
+    assert t.job.hyperparameters == {"trainer.max_epochs": "3"} and t.job.spot
     assert t.job.checkpoints == f"s3://b/out/{t.name}/checkpoints/"  # one prefix for every child (docs/cloud.md)
 
 
