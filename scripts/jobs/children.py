@@ -27,7 +27,8 @@ from jobs.tuning import Tuning, child_hyperparameters
 
 CODE_CHANNEL = "code"  # --source-dir as a channel of its own, which the toolkit copies into /opt/ml/code
 CODE_DIR = f"/opt/ml/input/data/{CODE_CHANNEL}"
-HOST = re.compile(r"^\W*(algo-[\w-]+?)\s+\|")  # docker compose's prefix of each host's line
+HOST = re.compile(r"^\W*(algo-[\w-]+?)\s+\|")  # docker compose's prefix of each host's line, colours taken off
+COLOUR = re.compile(r"\x1b\[[0-9;]*m")  # compose colours each host's prefix
 
 
 def settings(tuning: Tuning) -> list[dict[str, str]]:
@@ -77,7 +78,7 @@ def child_jobs(tuning: Tuning, region: str) -> list:
 def objective_values(log: str, regex: str) -> list[tuple[str, float]]:
     """What the tuner reads from a child's log: (host, value) for every line the objective's regex matches."""
     found = []
-    for line in log.splitlines():
+    for line in COLOUR.sub("", log).splitlines():
         if match := re.search(regex, line):
             host = HOST.match(line)
             found.append((host[1] if host else "?", float(match[1])))

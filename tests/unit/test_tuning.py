@@ -257,3 +257,16 @@ def test_every_tune_command_the_docs_show_passes_the_checks():
     for words in shown:
         t = tune(*words)
         assert t.ranges and (t.max_jobs or t.strategy == "Grid")
+
+
+def test_the_objective_is_read_from_every_hosts_line_as_compose_colours_it():
+    log = (
+        "\x1b[36malgo-1-abcde  |\x1b[0m epoch 0 step 3: val/acc=0.5000 val/loss=1.2000\n"
+        "\x1b[33malgo-2-fghij  |\x1b[0m rank 1/2 host algo-2: weights 0123 at step 3\n"
+        "algo-1  | epoch 1 step 6: val/acc=0.7500 val/loss=0.9000\n"  # SDK 3.x's host names
+        "epoch 1 step 6: train/loss=0.5 images/s=12.0 eta=0:00:01\n"
+    )
+    assert children.objective_values(log, spec.METRICS["validation:accuracy"]) == [
+        ("algo-1-abcde", 0.5),
+        ("algo-1", 0.75),
+    ]
