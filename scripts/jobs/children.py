@@ -27,7 +27,10 @@ from jobs.tuning import Tuning, child_hyperparameters
 
 CODE_CHANNEL = "code"  # --source-dir as a channel of its own, which the toolkit copies into /opt/ml/code
 CODE_DIR = f"/opt/ml/input/data/{CODE_CHANNEL}"
-HOST = re.compile(r"^\W*(algo-[\w-]+?)\s+\|")  # docker compose's prefix of each host's line, colours taken off
+CHECKPOINTS = "checkpoints"  # local mode's --checkpoints: a mounted channel (spec.make_job)
+# the host in docker compose's prefix of each line (colours taken off): SDK 2.x's <project>-algo-1-xxxxx, SDK 3.x's
+# algo-1_1 (docker-compose v1), algo-1 elsewhere: its SageMaker name, algo-N
+HOST = re.compile(r"^\S*?(algo-\d+)\S*\s+\|")
 COLOUR = re.compile(r"\x1b\[[0-9;]*m")  # compose colours each host's prefix
 
 
@@ -62,16 +65,17 @@ def static(tuning: Tuning, code: str, region: str) -> dict[str, str]:
 
 
 def child_jobs(tuning: Tuning, region: str) -> list:
-    """Each local child as a training job (spec.Job) whose hyperparameters are exactly the child's."""
+    """Each local child as a training job (spec.Job) whose hyperparameters are exactly the child's; with --checkpoints,
+    its own folder in it (a child resumes its own last.ckpt, never a sibling's)."""
     job, jobs = tuning.job, []
-    inputs = {**job.inputs, **({CODE_CHANNEL: f"file://{job.source_dir}"} if job.source_dir else {})}
+    code = {CODE_CHANNEL: f"file://{job.source_dir}"} if job.source_dir else {}
     for i, setting in enumerate(settings(tuning), start=1):
+        name = f"{tuning.name}-{i:03d}"
+        inputs = {**job.inputs, **code}
+        if CHECKPOINTS in inputs:
+            inputs[CHECKPOINTS] = f"{inputs[CHECKPOINTS]}/{name}"
         hps = child_hyperparameters(static(tuning, CODE_DIR, region), setting, tuning.objective)
-        jobs.append(
-            dataclasses.replace(
-                job, name=f"{tuning.name}-{i:03d}", hyperparameters=hps, inputs=inputs, source_dir=None, wait=True
-            )
-        )
+        jobs.append(dataclasses.replace(job, name=name, hyperparameters=hps, inputs=inputs, source_dir=None, wait=True))
     return jobs
 
 
@@ -106,6 +110,8 @@ def run(tuning: Tuning) -> int:
     for child in child_jobs(tuning, os.environ.get("AWS_DEFAULT_REGION", "")):
         tuned = " ".join(f"{r.key}={child.hyperparameters[r.key]}" for r in tuning.ranges)
         print(f"child {child.name}: {tuned}")
+        if CHECKPOINTS in child.inputs:
+            os.makedirs(child.inputs[CHECKPOINTS][len("file://") :], exist_ok=True)
         tee = Tee(sys.stdout)
         try:
             with contextlib.redirect_stdout(tee):

@@ -260,13 +260,20 @@ def test_every_tune_command_the_docs_show_passes_the_checks():
 
 
 def test_the_objective_is_read_from_every_hosts_line_as_compose_colours_it():
-    log = (
-        "\x1b[36malgo-1-abcde  |\x1b[0m epoch 0 step 3: val/acc=0.5000 val/loss=1.2000\n"
-        "\x1b[33malgo-2-fghij  |\x1b[0m rank 1/2 host algo-2: weights 0123 at step 3\n"
-        "algo-1  | epoch 1 step 6: val/acc=0.7500 val/loss=0.9000\n"  # SDK 3.x's host names
+    log = (  # as seen here: SDK 2.x's container names, SDK 3.x's under docker-compose v1
+        "\x1b[36mdj9xybuope-algo-1-q3jpu |\x1b[0m epoch 0 step 3: val/acc=0.5000 val/loss=1.2000\n"
+        "\x1b[33mdj9xybuope-algo-2-fghij |\x1b[0m rank 1/2 host algo-2: weights 0123 at step 3\n"
+        "algo-2_1  | epoch 1 step 6: val/acc=0.7500 val/loss=0.9000\n"
         "epoch 1 step 6: train/loss=0.5 images/s=12.0 eta=0:00:01\n"
+        "epoch 2 step 9: val/acc=0.8000\n"  # no host: a log not from compose
     )
-    assert children.objective_values(log, spec.METRICS["validation:accuracy"]) == [
-        ("algo-1-abcde", 0.5),
-        ("algo-1", 0.75),
-    ]
+    found = children.objective_values(log, spec.METRICS["validation:accuracy"])
+    assert found == [("algo-1", 0.5), ("algo-2", 0.75), ("?", 0.8)]
+
+
+def test_local_children_keep_their_checkpoints_apart(tmp_path):
+    t = tune(*LOCAL, *TUNE, *LR, "--max-jobs", "2", "--checkpoints", str(tmp_path / "ck"))
+    first, second = children.child_jobs(t, "us-east-1")
+    assert first.inputs["checkpoints"] == f"file://{tmp_path}/ck/{first.name}"
+    assert second.inputs["checkpoints"] == f"file://{tmp_path}/ck/{second.name}"
+    assert first.hyperparameters["checkpoint.dirpath"] == spec.LOCAL_CHECKPOINTS  # where each child's folder mounts
