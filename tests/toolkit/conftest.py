@@ -144,6 +144,18 @@ def run_hosts(tmp_path, free_port):
 
 
 @pytest.fixture(scope="session")
+def run_hosts_once(tmp_path_factory, free_port):
+    """run_job for a fixture wider than a test (one job, several tests' assertions): each job in a folder of its own."""
+    return lambda *args, **kwargs: run_job(tmp_path_factory.mktemp("job"), free_port(), *args, **kwargs)
+
+
+@pytest.fixture(scope="session")
+def opt_ml():
+    """make_opt_ml, for a test that starts a job's process itself (as SDK 3.x's driver starts the script)."""
+    return make_opt_ml
+
+
+@pytest.fixture(scope="session")
 def tiny_job(tmp_path_factory, free_port, archive_dir) -> Host:
     """The tiny one-host job, run once a session. test_one_host_trains_and_exports checks what it did; its seconds
     are what the "fails fast" bounds are relative to, measured under the same load: a job that fails before it trains

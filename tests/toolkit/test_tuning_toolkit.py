@@ -118,14 +118,11 @@ def test_a_tuning_childs_hyperparameters_train_export_and_print_the_objective_on
 
 
 @pytest.fixture(scope="module")
-def two_hosts(tmp_path_factory, free_port, user_project, points_dir):
+def two_hosts(run_hosts_once, user_project, points_dir):
     """A child of the generic Estimator with source_dir, on two hosts (one toolkit process tree each)."""
-    from conftest import run_job
-
     make, ranges, tuned, _ = CHILDREN["Estimator, source_dir"]
     hps = child_of(make(user_project), ranges, tuned)
-    hosts = run_job(tmp_path_factory.mktemp("tuning"), free_port(), ["localhost", "127.0.0.1"], hps,
-                    {"training": points_dir}, code=user_project)  # fmt: skip
+    hosts = run_hosts_once(["localhost", "127.0.0.1"], hps, {"training": points_dir}, code=user_project)
     for host in hosts:
         assert host.returncode == 0, host.output[-3000:]
     return hosts
@@ -136,12 +133,18 @@ def test_the_tuner_reads_one_objective_value_an_epoch_across_both_hosts_logs(two
     assert (len(first), second) == (EPOCHS, [])  # global rank 0 prints the validation line; the other host none
 
 
-@pytest.mark.xfail(strict=True, reason="runtime: name the metric the tuner ranks, once a job (global rank 0)")
+@pytest.mark.xfail(
+    strict=True, raises=AssertionError, reason="runtime: name the metric the tuner ranks, once a job (global rank 0)"
+)
 def test_the_log_names_the_metric_the_tuner_ranks_once(two_hosts):
     assert sum(host.output.count(RANKED) for host in two_hosts) == 1
 
 
-@pytest.mark.xfail(strict=True, reason="runtime: one line when _tuning_objective_metric is not a metric the job prints")
+@pytest.mark.xfail(
+    strict=True,
+    raises=AssertionError,
+    reason="runtime: one line when _tuning_objective_metric is not a metric the job prints",
+)
 def test_an_objective_the_job_does_not_print_is_one_line(run_hosts, user_project, points_dir):
     make, ranges, tuned, _ = CHILDREN["Estimator, source_dir"]
     hps = child_of(make(user_project), ranges, tuned, objective="validation:f1")
@@ -151,14 +154,14 @@ def test_an_objective_the_job_does_not_print_is_one_line(run_hosts, user_project
 
 
 @pytest.mark.xfail(
-    strict=True, reason="runtime: drop _tuning_objective_metric from the options SDK 3.x's driver passes"
+    strict=True,
+    raises=AssertionError,
+    reason="runtime: drop _tuning_objective_metric from the options SDK 3.x's driver passes",
 )
-def test_sdk3_drivers_command_line_with_the_objective_trains(user_project, points_dir, tmp_path):
+def test_sdk3_drivers_command_line_with_the_objective_trains(opt_ml, user_project, points_dir, tmp_path):
     """SDK 3.x's driver (sm_train.sh, SourceCode) passes every hyperparameter as `--key <JSON>` (its own
     hyperparameters_to_cli_args, run here from .venv-sdk3): _tuning_objective_metric too, as the project's option.
     Settings nested, as the driver takes them (a dotted key stops its shell first: sdk3.nested)."""
-    from conftest import make_opt_ml
-
     nested = {"trainer": {"max_epochs": EPOCHS, "enable_progress_bar": False}, "model": {"hidden": 8, "lr": 0.2}}
     hps = {**{k: json.dumps(v) for k, v in nested.items()}, "_tuning_objective_metric": OBJECTIVE}
     render = "import json, sys; from sagemaker.train.container_drivers.common.utils import hyperparameters_to_cli_args"
@@ -167,7 +170,7 @@ def test_sdk3_drivers_command_line_with_the_objective_trains(user_project, point
          json.dumps(hps)], capture_output=True, text=True, check=True,
     )  # fmt: skip
     base = str(tmp_path / "opt_ml")
-    make_opt_ml(base, ["algo-1"], "algo-1", hps, {"training": points_dir})
+    opt_ml(base, ["algo-1"], "algo-1", hps, {"training": points_dir})
     env = {**os.environ, "SAGEMAKER_BASE_DIR": base, "SM_HOSTS": '["algo-1"]', "SM_CURRENT_HOST": "algo-1"}
     run = subprocess.run([sys.executable, "train.py", *json.loads(argv.stdout)], cwd=user_project, env=env,
                          capture_output=True, text=True, timeout=300)  # fmt: skip
@@ -177,7 +180,9 @@ def test_sdk3_drivers_command_line_with_the_objective_trains(user_project, point
 
 
 @pytest.mark.xfail(
-    strict=True, reason="runtime: keep a tuning child's checkpoints under <checkpoint dir>/<TRAINING_JOB_NAME>"
+    strict=True,
+    raises=AssertionError,
+    reason="runtime: keep a tuning child's checkpoints under <checkpoint dir>/<TRAINING_JOB_NAME>",
 )
 def test_a_child_never_resumes_from_a_siblings_checkpoint(run_hosts, user_project, points_dir, tmp_path):
     """A tuning job has one CheckpointConfig for all its children (the launcher's <output>/<tuning job>/checkpoints/),
