@@ -1,9 +1,11 @@
 """Start a training job on the image with the SageMaker Python SDK: local mode (docker compose) or the cloud.
 
 That line is what `python scripts/run_sagemaker.py --help` prints above the options this module parses: the command
-line, as argparse reads it (types and choices only: spec.make_job checks the job the options describe).
+line, as argparse reads it (types and choices only: spec.make_job checks the job the options describe, and
+tuning.make_tuning the tuning job of `tune`, whose options follow the training job's).
 
-    python scripts/run_sagemaker.py --help  # every option with its default
+    python scripts/run_sagemaker.py --help       # every option with its default
+    python scripts/run_sagemaker.py tune --help  # and the tuning job's
 
     from jobs import options  # from scripts/
 
@@ -13,11 +15,26 @@ line, as argparse reads it (types and choices only: spec.make_job checks the job
 import argparse
 
 from jobs.spec import DISTRIBUTIONS, INPUT_MODES
+from jobs.tuning import STRATEGIES
+
+TUNE = "tune"  # the first word that makes the command a tuning job: `run_sagemaker.py tune --objective ... --range ...`
+COMMANDS = """other commands:
+  tune ...             a tuning job whose children train as the options above say (tune --help: its own options)
+  best TUNING_JOB      a tuning job's best child: its objective, hyperparameters and model.tar.gz"""
+
+
+class Formatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
+    """Each option's default, and the other commands' lines as they are written."""
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
+    """The options of a training job, or with `tune` first, of a tuning job (args.tune says which)."""
+    tune = argv[:1] == [TUNE]
     p = argparse.ArgumentParser(
-        description=__doc__.split("\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
+        prog=f"run_sagemaker.py{' tune' if tune else ''}",
+        description=__doc__.split("\n")[0],
+        formatter_class=Formatter,
+        epilog=None if tune else COMMANDS,
     )
     p.add_argument("--image", required=True, help="image URI: a local tag for local mode, an ECR URI for the cloud")
     p.add_argument("--instance-type", default="local", help="local, local_gpu, or an ml.* type")
@@ -128,9 +145,47 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "--wait", action=argparse.BooleanOptionalAction, default=True, help="wait for the job and stream its logs"
     )
     p.add_argument(
-        "--dry-run", action="store_true", help="print the CreateTrainingJob request as JSON and send nothing (cloud)"
+        "--dry-run",
+        action="store_true",
+        help="print the request as JSON and send nothing (cloud): CreateTrainingJob, with tune "
+        "CreateHyperParameterTuningJob",
     )
     p.add_argument(
         "hyperparameters", nargs="*", metavar="key=value", help="trainer arguments, e.g. trainer.max_epochs=5"
     )
-    return p.parse_args(argv)
+    if tune:
+        add_tuning(p.add_argument_group("the tuning job (docs/cloud.md: Tuning)"))
+    args = p.parse_args(argv[1:] if tune else argv)
+    args.tune = tune
+    return args
+
+
+def add_tuning(g) -> None:
+    g.add_argument(
+        "--objective", required=True, help="the metric SageMaker ranks children by: a metric definition's name"
+    )
+    way = g.add_mutually_exclusive_group(required=True)
+    way.add_argument("--maximize", action="store_true", default=argparse.SUPPRESS, help="higher is better (accuracy)")
+    way.add_argument(
+        "--minimize", action="store_false", dest="maximize", default=argparse.SUPPRESS, help="lower is better (loss)"
+    )
+    g.add_argument(
+        "--range",
+        action="append",
+        default=[],
+        metavar="KEY=LOW:HIGH[:SCALE] | KEY=A,B,C",
+        help="a setting to tune (repeatable): integer bounds make an integer range, others a continuous one; SCALE: "
+        "auto, linear, log, reverse-log; A,B,C: categorical choices, each sent as its text",
+    )
+    g.add_argument("--strategy", choices=STRATEGIES, default="Bayesian", help="how SageMaker picks the settings")
+    g.add_argument("--max-jobs", type=int, default=None, help="children the tuning job starts (Grid: every setting)")
+    g.add_argument("--max-parallel-jobs", type=int, default=1, help="children at a time")
+    g.add_argument(
+        "--early-stopping", choices=["auto", "off"], default="off", help="auto: SageMaker stops unpromising children"
+    )
+    g.add_argument(
+        "--warm-start",
+        default=None,
+        metavar="PARENT[,PARENT]",
+        help="up to 5 earlier tuning jobs of the same image and data to start from (IdenticalDataAndAlgorithm)",
+    )

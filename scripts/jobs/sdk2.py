@@ -1,5 +1,6 @@
 """SDK 2.x's adapter: a job (spec.Job) started as an Estimator(image_uri=...), with a LocalSession for the local
-instance types. The SDK is imported when a job starts, after every check (spec.make_job).
+instance types; a tuning job (tuning.Tuning) as a HyperparameterTuner around the same Estimator. The SDK is imported
+when a job starts, after every check (spec.make_job, tuning.make_tuning).
 
     .venv/bin/python scripts/run_sagemaker.py --image sagemaker-lightning:latest --input data/synthetic --output runs
 
@@ -15,6 +16,7 @@ import tempfile
 
 from jobs import dry_run
 from jobs.spec import CHECKPOINTS, Job
+from jobs.tuning import Tuning
 
 
 def estimator_hyperparameters(hyperparameters: dict[str, str], source_dir: str | None) -> dict:
@@ -37,33 +39,31 @@ def channels(job: Job) -> dict:
     }
 
 
-def run(job: Job) -> str | None:
-    """Start the job; wait for it unless job.wait is False. Returns the model.tar.gz URI when it waited."""
+def cloud_session(job: Job, *handlers):
+    """A Session on a boto3 session of its own, with `handlers` (each given the boto3 session) registered before the
+    Session makes its clients, which take the handlers there are then; after them, a dry run's, which prints and
+    answers the requests (dry_run.py)."""
     import boto3
-    from sagemaker.estimator import Estimator  # slow imports: after the argument checks
-    from sagemaker.local import LocalSession
     from sagemaker.session import Session
 
-    output = job.output
-    if job.local:
-        session = LocalSession()
-        # The SDK leaves each job's container root in the temp dir, a copy of the model in it (107 MB for the example's
-        # ResNet-18): ours instead, removed after the job. realpath: Docker Desktop mounts /private/var, not /var (macOS)
-        scratch = tempfile.TemporaryDirectory(prefix="sagemaker-local-", ignore_cleanup_errors=True)
-        session.config = {"local": {"local_code": True, "container_root": os.path.realpath(scratch.name)}}
-        if output.startswith("file://"):
-            output = f"{output}/{job.name}"  # local mode writes straight into the path; SageMaker adds the job folder
-        cloud = {}
-    else:
-        boto_session = boto3.Session()
-        if job.dry_run:
-            dry_run.intercept(boto_session)
-        session = Session(boto_session=boto_session)
-        scratch = contextlib.nullcontext()
+    boto_session = boto3.Session()
+    for register in handlers:
+        register(boto_session)
+    if job.dry_run:
+        dry_run.intercept(boto_session)
+    return Session(boto_session=boto_session)
+
+
+def estimator(job: Job, session, output: str):
+    """The Estimator that runs `job` (a tuning job's children too); in the cloud with all of the job's settings."""
+    from sagemaker.estimator import Estimator  # slow imports: after the argument checks
+
+    cloud = {}
+    if not job.local:
         cloud = dict(
             checkpoint_s3_uri=job.checkpoints,
             checkpoint_local_path=CHECKPOINTS,
-            metric_definitions=[{"Name": n, "Regex": r} for n, r in job.metrics.items()],
+            metric_definitions=metric_definitions(job),
             use_spot_instances=job.spot,
             max_run=job.max_run,
             max_wait=job.max_wait,
@@ -77,7 +77,7 @@ def run(job: Job) -> str | None:
             debugger_hook_config=False,
         )  # SageMaker Debugger: not for this image
     code = dict(entry_point=job.entry_point, source_dir=job.source_dir) if job.source_dir else {}
-    estimator = Estimator(
+    return Estimator(
         **code,
         image_uri=job.image,
         role=job.role,
@@ -90,6 +90,89 @@ def run(job: Job) -> str | None:
         sagemaker_session=session,
         **cloud,
     )
+
+
+def metric_definitions(job: Job) -> list[dict]:
+    return [{"Name": n, "Regex": r} for n, r in job.metrics.items()]
+
+
+def run(job: Job) -> str | None:
+    """Start the job; wait for it unless job.wait is False. Returns the model.tar.gz URI when it waited."""
+    from sagemaker.local import LocalSession
+
+    output = job.output
+    if job.local:
+        session = LocalSession()
+        # The SDK leaves each job's container root in the temp dir, a copy of the model in it (107 MB for the example's
+        # ResNet-18): ours instead, removed after the job. realpath: Docker Desktop mounts /private/var, not /var (macOS)
+        scratch = tempfile.TemporaryDirectory(prefix="sagemaker-local-", ignore_cleanup_errors=True)
+        session.config = {"local": {"local_code": True, "container_root": os.path.realpath(scratch.name)}}
+        if output.startswith("file://"):
+            output = f"{output}/{job.name}"  # local mode writes straight into the path; SageMaker adds the job folder
+    else:
+        session, scratch = cloud_session(job), contextlib.nullcontext()
+    trainer = estimator(job, session, output)
     with scratch:
-        estimator.fit(channels(job), job_name=job.name, wait=job.wait, logs="All" if job.wait else "None")
-    return estimator.model_data if job.wait else None
+        trainer.fit(channels(job), job_name=job.name, wait=job.wait, logs="All" if job.wait else "None")
+    return trainer.model_data if job.wait else None
+
+
+def tuner(tuning: Tuning, session):
+    """The HyperparameterTuner of `tuning`, around the Estimator its children run."""
+    from sagemaker.tuner import (
+        CategoricalParameter,
+        ContinuousParameter,
+        HyperbandStrategyConfig,
+        HyperparameterTuner,
+        IntegerParameter,
+        StrategyConfig,
+        WarmStartConfig,
+        WarmStartTypes,
+    )
+
+    kinds = {"Continuous": ContinuousParameter, "Integer": IntegerParameter}  # bounds sent as written (to_string)
+    ranges = {
+        r.key: CategoricalParameter(list(r.values))
+        if r.kind == "Categorical"
+        else kinds[r.kind](r.low, r.high, r.scale)
+        for r in tuning.ranges
+    }
+    job = tuning.job
+    hyperband = None
+    if tuning.hyperband:
+        low, high = tuning.hyperband
+        hyperband = StrategyConfig(HyperbandStrategyConfig(min_resource=low, max_resource=high))
+    parents = None
+    if tuning.warm_start:
+        parents = WarmStartConfig(WarmStartTypes.IDENTICAL_DATA_AND_ALGORITHM, set(tuning.warm_start))
+    return HyperparameterTuner(
+        estimator(job, session, job.output),
+        objective_metric_name=tuning.objective,
+        objective_type=tuning.objective_type,
+        hyperparameter_ranges=ranges,
+        metric_definitions=metric_definitions(job),
+        strategy=tuning.strategy,
+        strategy_config=hyperband,
+        max_jobs=tuning.max_jobs,
+        max_parallel_jobs=tuning.max_parallel_jobs,
+        early_stopping_type=tuning.early_stopping,
+        warm_start_config=parents,
+    )
+
+
+def tune(tuning: Tuning) -> None:
+    """Create the tuning job; wait for it to end if job.wait."""
+    session = cloud_session(tuning.job, *([grid_limits] if tuning.max_jobs is None else []))
+    tuner(tuning, session).fit(
+        channels(tuning.job), job_name=tuning.name, include_cls_metadata=False, wait=tuning.job.wait
+    )
+
+
+def grid_limits(boto_session) -> None:
+    """SDK 2.257.7 sends Grid's unset limit as MaxNumberOfTrainingJobs: null, which botocore refuses ("Parameter
+    validation failed"); the API takes none (ResourceLimits needs MaxParallelTrainingJobs only), as SDK 3.x sends it."""
+
+    def drop(params, **kwargs):
+        params["HyperParameterTuningJobConfig"]["ResourceLimits"].pop("MaxNumberOfTrainingJobs", None)
+
+    boto_session.events.register("before-parameter-build.sagemaker.CreateHyperParameterTuningJob", drop)

@@ -1,6 +1,7 @@
 """SDK 3.x's adapter: a job (spec.Job) started as a ModelTrainer(training_image=...), Mode.LOCAL_CONTAINER for the
 local instance types; --source-dir code runs under SDK 3.x's own driver, which takes the settings nested (nested()).
-The SDK is imported when a job starts, after every check (spec.make_job).
+A tuning job (tuning.Tuning): SDK 3.x's HyperparameterTuner around the children's ModelTrainer. The SDK is imported
+when a job starts, after every check (spec.make_job, tuning.make_tuning).
 
     .venv-sdk3/bin/python scripts/run_sagemaker.py --image sagemaker-lightning:latest --input data/synthetic \\
         --output runs trainer.max_epochs=1
@@ -14,6 +15,7 @@ import os
 
 from jobs import dry_run
 from jobs.spec import CHECKPOINTS, Job
+from jobs.tuning import Tuning
 from sagemaker_lightning.launch.hyperparameters import typed
 
 
@@ -57,9 +59,11 @@ def channel(name: str, source: str, input_mode: str):
     return Channel(channel_name=name, data_source=DataSource(s3_data_source=s3), input_mode=input_mode)
 
 
-def run(job: Job) -> str | None:
-    """Start the job; wait for it unless job.wait is False. Returns the model.tar.gz URI: in local mode always, in the
-    cloud when it waited."""
+def trainer(job: Job, tuned: bool = False):
+    """The ModelTrainer that runs `job`; in the cloud with all of the job's settings. tuned: for a tuning job's
+    children, which SDK 3.x's driver never runs (the tuning API has no ContainerEntrypoint): the tuner ships
+    --source-dir as sagemaker_program and sagemaker_submit_directory for the image's toolkit, so the settings stay
+    dotted and the framework hyperparameters pick the runner, as without --source-dir."""
     import boto3
     from sagemaker.core.helper.session_helper import Session
     from sagemaker.core.training.configs import (
@@ -80,11 +84,9 @@ def run(job: Job) -> str | None:
     if job.dry_run:
         os.environ["SAGEMAKER_VALIDATE_ROLE"] = "false"  # SDK 3.x checks the role through IAM: not in a dry run
     if job.local:
-        root = os.path.join(job.output[len("file://") :], job.name)
-        os.makedirs(root, exist_ok=True)
         settings = dict(
             training_mode=Mode.LOCAL_CONTAINER,
-            local_container_root=root,
+            local_container_root=local_root(job),
             compute=Compute(
                 instance_type="local_cpu" if job.instance_type == "local" else job.instance_type,
                 instance_count=job.instance_count,
@@ -115,15 +117,16 @@ def run(job: Job) -> str | None:
             tags=[Tag(key=k, value=v) for k, v in job.tags.items()] or None,
         )
     hyperparameters = job.hyperparameters
-    if job.source_dir:  # SDK 3.x's own driver runs the code (sm_train.sh): nested settings, its distributions
-        hyperparameters = nested({k: v for k, v in hyperparameters.items() if not k.startswith("sagemaker_")})
+    if job.source_dir:
         requirements = "requirements.txt" if os.path.isfile(os.path.join(job.source_dir, "requirements.txt")) else None
         settings["source_code"] = SourceCode(
             source_dir=job.source_dir, entry_script=job.entry_point, requirements=requirements
         )
+    if job.source_dir and not tuned:  # SDK 3.x's own driver runs the code (sm_train.sh): nested settings, its runners
+        hyperparameters = nested({k: v for k, v in hyperparameters.items() if not k.startswith("sagemaker_")})
         if job.distribution == "torch_distributed":  # else none (spec.make_job: SDK 3.x's driver runs no other)
             settings["distributed"] = Torchrun(process_count_per_node=job.processes_per_host)
-    trainer = ModelTrainer(
+    model_trainer = ModelTrainer(
         training_image=job.image,
         role=job.role,
         base_job_name=job.name,
@@ -133,11 +136,94 @@ def run(job: Job) -> str | None:
         **settings,
     )
     if not job.local:
-        trainer = trainer.with_metric_definitions([MetricDefinition(name=n, regex=r) for n, r in job.metrics.items()])
+        model_trainer = model_trainer.with_metric_definitions(
+            [MetricDefinition(name=n, regex=r) for n, r in job.metrics.items()]
+        )
         if job.max_retry_attempts is not None:
-            trainer = trainer.with_retry_strategy(RetryStrategy(maximum_retry_attempts=job.max_retry_attempts))
-    inputs = [channel(name, source, job.channel_input_mode) for name, source in job.inputs.items()]
-    trainer.train(input_data_config=inputs, wait=job.wait, logs=job.wait)
+            model_trainer = model_trainer.with_retry_strategy(
+                RetryStrategy(maximum_retry_attempts=job.max_retry_attempts)
+            )
+    return model_trainer
+
+
+def local_root(job: Job) -> str:
+    """Where SDK 3.x local mode keeps the job's files: in the job's folder of --output."""
+    root = os.path.join(job.output[len("file://") :], job.name)
+    os.makedirs(root, exist_ok=True)
+    return root
+
+
+def inputs(job: Job) -> list:
+    return [channel(name, source, job.channel_input_mode) for name, source in job.inputs.items()]
+
+
+def run(job: Job) -> str | None:
+    """Start the job; wait for it unless job.wait is False. Returns the model.tar.gz URI: in local mode always, in the
+    cloud when it waited."""
+    model_trainer = trainer(job)
+    model_trainer.train(input_data_config=inputs(job), wait=job.wait, logs=job.wait)
     if job.local:
-        return f"file://{root}/compressed_artifacts/model.tar.gz"  # where SDK 3.x local mode packs it
-    return trainer._latest_training_job.model_artifacts.s3_model_artifacts if job.wait else None
+        return f"file://{local_root(job)}/compressed_artifacts/model.tar.gz"  # where SDK 3.x local mode packs it
+    return model_trainer._latest_training_job.model_artifacts.s3_model_artifacts if job.wait else None
+
+
+def tune(tuning: Tuning) -> None:
+    """Create the tuning job (SDK 3.x's HyperparameterTuner around the children's ModelTrainer); wait for it to end if
+    job.wait. SDK 3.27.0's tuner leaves EnableNetworkIsolation out of the children's definition: put back here."""
+    from sagemaker.core.parameter import CategoricalParameter, ContinuousParameter, IntegerParameter
+    from sagemaker.core.shapes import (
+        HyperbandStrategyConfig,
+        HyperParameterTuningJobStrategyConfig,
+        HyperParameterTuningJobWarmStartConfig,
+        ParentHyperParameterTuningJob,
+    )
+    from sagemaker.train.tuner import HyperparameterTuner
+
+    kinds = {"Continuous": ContinuousParameter, "Integer": IntegerParameter}  # bounds sent as written (to_string)
+    ranges = {
+        r.key: CategoricalParameter(list(r.values))
+        if r.kind == "Categorical"
+        else kinds[r.kind](r.low, r.high, r.scale)
+        for r in tuning.ranges
+    }
+    job = tuning.job
+    hyperband = None
+    if tuning.hyperband:
+        low, high = tuning.hyperband
+        hyperband = HyperParameterTuningJobStrategyConfig(
+            hyperband_strategy_config=HyperbandStrategyConfig(min_resource=low, max_resource=high)
+        )
+    parents = None
+    if tuning.warm_start:
+        parents = HyperParameterTuningJobWarmStartConfig(
+            parent_hyper_parameter_tuning_jobs=[
+                ParentHyperParameterTuningJob(hyper_parameter_tuning_job_name=p) for p in tuning.warm_start
+            ],
+            warm_start_type="IdenticalDataAndAlgorithm",
+        )
+    model_trainer = trainer(job, tuned=True)
+    if job.network_isolation:
+        isolate(model_trainer.sagemaker_session.boto_session)
+    HyperparameterTuner(
+        model_trainer,
+        objective_metric_name=tuning.objective,
+        objective_type=tuning.objective_type,
+        hyperparameter_ranges=ranges,
+        metric_definitions=[{"Name": n, "Regex": r} for n, r in job.metrics.items()],
+        strategy=tuning.strategy,
+        strategy_config=hyperband,
+        max_jobs=tuning.max_jobs,
+        max_parallel_jobs=tuning.max_parallel_jobs,
+        early_stopping_type=tuning.early_stopping,
+        warm_start_config=parents,
+    ).tune(inputs=inputs(job), job_name=tuning.name, wait=job.wait)
+
+
+def isolate(boto_session) -> None:
+    """EnableNetworkIsolation into the children's definition of the CreateHyperParameterTuningJob request."""
+
+    def add(params, **kwargs):
+        params["TrainingJobDefinition"]["EnableNetworkIsolation"] = True
+
+    # registered first: the dry run's handler, which prints the request, runs after it
+    boto_session.events.register_first("before-parameter-build.sagemaker.CreateHyperParameterTuningJob", add)

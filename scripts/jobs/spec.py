@@ -32,6 +32,7 @@ LOCAL_CHECKPOINTS = "/opt/ml/input/data/checkpoints"  # local mode has no checkp
 # mounts it and reads objects as they are opened (docs/streaming.md); local mode has File only
 INPUT_MODES = ("File", "FastFile")
 LOCAL_FASTFILE = "local mode copies the channels whole (File): FastFile runs in the cloud only"
+MAX_METRICS, MAX_REGEX = 40, 500  # MetricDefinitions: 40 at most, each Regex 500 characters (the API's shapes)
 KEEP_ALIVE_MAX_S = 3600  # SageMaker's longest KeepAlivePeriodInSeconds for one job (its warm pools' documentation)
 # SageMaker's framework hyperparameters per distribution, as SDK 2.x's PyTorch estimator sets them; the toolkit
 # in the image reads them and picks its runner (tests/unit/scripts/test_run_sagemaker.py compares with the SDK's own)
@@ -192,11 +193,17 @@ def make_job(args: argparse.Namespace, installed: str | None = None) -> Job:
     metrics = dict(METRICS)
     for given in args.metric:
         try:
-            name, regex = given.split("=", 1) if "=" in given else lines.metric(given)
+            metric, regex = given.split("=", 1) if "=" in given else lines.metric(given)
             re.compile(regex)
         except (ValueError, re.error) as e:
             raise SystemExit(f"error: --metric {given}: {e}") from None
-        metrics[name] = regex
+        if len(regex) > MAX_REGEX:
+            raise SystemExit(
+                f"error: --metric {given}: its regex has {len(regex)} characters; SageMaker takes {MAX_REGEX}"
+            )
+        metrics[metric] = regex
+    if len(metrics) > MAX_METRICS:
+        raise SystemExit(f"error: {len(metrics)} metric definitions with the runtime's; SageMaker takes {MAX_METRICS}")
     if sdk == "v3" and local and not output.startswith("file://"):
         raise SystemExit("error: SDK 3.x local mode writes its artifacts to a local --output directory")
     if sdk == "v3" and source_dir and args.distribution not in ("none", "torch_distributed"):

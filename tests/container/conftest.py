@@ -122,14 +122,16 @@ def no_job_left():
 def local_job(image, tmp_path):
     """Run scripts/run_sagemaker.py in local mode; return (exit code, output without colours, output dir)."""
 
-    def run(instance_count: int, data_dir: str, *words: str, sdk: str = "v2", env: dict | None = None):
-        """words: run_sagemaker.py options and key=value hyperparameters; sdk: which venv's SDK runs it."""
+    def run(instance_count: int, data_dir: str, *words: str, sdk: str = "v2", env: dict | None = None, command=()):
+        """words: run_sagemaker.py options and key=value hyperparameters; sdk: which venv's SDK runs it; command:
+        the words before the options (["tune"])."""
         out, env = tmp_path / "runs", {"TMPDIR": str(tmp_path / "tmp"), **(env or {})}  # the test's own (compose_jobs)
         os.makedirs(env["TMPDIR"], exist_ok=True)
         python = sys.executable if sdk == "v2" else os.path.join(ROOT, ".venv-sdk3", "bin", "python")
         cmd = [
             python,
             os.path.join(ROOT, "scripts", "run_sagemaker.py"),
+            *command,
             "--image",
             image,
             "--instance-type",

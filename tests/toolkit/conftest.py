@@ -77,14 +77,16 @@ def corrupt_dir(tmp_path_factory) -> str:
     return str(out)
 
 
-def make_opt_ml(base, hosts, current, hyperparameters, channels, code=None, interface="lo") -> None:
-    """What SageMaker writes before it starts a container: config files, channels, and the job's code if any."""
+def make_opt_ml(base, hosts, current, hyperparameters, channels, code=None, interface="lo", checkpoints=None) -> None:
+    """What SageMaker writes before it starts a container: config files, channels, and the job's code if any;
+    checkpoints: the LocalPath of the job's CheckpointConfig (checkpointconfig.json), a folder SageMaker syncs."""
     config = os.path.join(base, "input", "config")
     os.makedirs(config)
     for name, content in {
         "resourceconfig.json": {"current_host": current, "hosts": hosts, "network_interface_name": interface},
         "hyperparameters.json": {k: v if isinstance(v, str) else json.dumps(v) for k, v in hyperparameters.items()},
         "inputdataconfig.json": {c: {"TrainingInputMode": "File"} for c in channels},
+        **({"checkpointconfig.json": {"LocalPath": checkpoints}} if checkpoints else {}),
     }.items():
         with open(os.path.join(config, name), "w") as f:
             json.dump(content, f)
@@ -97,12 +99,15 @@ def make_opt_ml(base, hosts, current, hyperparameters, channels, code=None, inte
         shutil.copytree(code, os.path.join(base, "code"), ignore=shutil.ignore_patterns("__pycache__"))
 
 
-def run_job(root, port: int, hosts, hyperparameters, channels, current_hosts=None, env=None, code=None, timeout=300):
+def run_job(
+    root, port: int, hosts, hyperparameters, channels, current_hosts=None, env=None, code=None, timeout=300,
+    checkpoints=None,
+):  # fmt: skip
     """Run the entrypoint and `train` for each host of one job (under `root`) at the same time; return what each did."""
     procs = []
     for i, current in enumerate(current_hosts or hosts):
         base = os.path.join(root, f"host{i}")
-        make_opt_ml(base, hosts, current, hyperparameters, channels, code)
+        make_opt_ml(base, hosts, current, hyperparameters, channels, code, checkpoints=checkpoints)
         # a job's requirements.txt installs into the host's own folder, as into its container: not this venv
         site = os.path.join(base, "site-packages")
         paths = [site, (env or {}).get("PYTHONPATH"), os.environ.get("PYTHONPATH")]
@@ -136,6 +141,18 @@ def run_hosts(tmp_path, free_port):
     """run_job for a test: each job under a folder of its own in the test's temporary folder."""
     jobs = itertools.count()
     return lambda *args, **kwargs: run_job(tmp_path / f"job{next(jobs)}", free_port(), *args, **kwargs)
+
+
+@pytest.fixture(scope="session")
+def run_hosts_once(tmp_path_factory, free_port):
+    """run_job for a fixture wider than a test (one job, several tests' assertions): each job in a folder of its own."""
+    return lambda *args, **kwargs: run_job(tmp_path_factory.mktemp("job"), free_port(), *args, **kwargs)
+
+
+@pytest.fixture(scope="session")
+def opt_ml():
+    """make_opt_ml, for a test that starts a job's process itself (as SDK 3.x's driver starts the script)."""
+    return make_opt_ml
 
 
 @pytest.fixture(scope="session")

@@ -137,7 +137,9 @@ def test_the_command_finds_its_parts_from_any_working_directory(tmp_path):
 
 
 def test_a_projects_own_metrics_join_the_runtimes():
-    metrics = job(*CLOUD, "--metric", "val/f1", "--metric", "throughput=tokens/s=([0-9.]+)").metrics
+    given = job(*CLOUD, "--metric", "val/f1", "--metric", "throughput=tokens/s=([0-9.]+)")
+    assert given.name.startswith("lightning-")  # not the last metric's name (it was: "throughput")
+    metrics = given.metrics
     assert metrics["validation:f1"] == r"val/f1=(-?[0-9.]+)" and metrics["throughput"] == r"tokens/s=([0-9.]+)"
     assert set(METRICS) < set(metrics)  # the runtime's stay
     line = lines.validation(0, 5, {"val/f1": -0.25, "val/loss": 1.0})  # what the trainer prints, as it prints it
