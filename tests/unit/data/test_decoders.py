@@ -176,3 +176,36 @@ def test_in_a_job_a_projects_planted_data_fails_in_one_line_and_its_setting_admi
     assert fit(folder, tmp_path / "c", f"--{decoders.SETTING}=[pickle]").trainer.global_step == 2
     assert os.path.exists(marker)
     os.remove(marker)
+
+
+class StreamedValidation(Streamed):
+    """A project's own data module whose validation data streams too: the sanity check reads it before training."""
+
+    def val_dataloader(self):
+        return StreamingDataLoader(StreamingDataset(self.validation_dir), batch_size=4)
+
+    def __init__(self, data_dir: str = "", validation_dir: str = ""):
+        super().__init__(data_dir)
+        self.validation_dir = validation_dir
+
+
+class Validated(Labels):
+    def validation_step(self, batch, batch_idx):
+        self.log("val/loss", torch.nn.functional.cross_entropy(self.net(batch["id"].float()[:, None]), batch["label"]))
+
+
+def test_in_a_job_a_projects_planted_validation_data_fails_in_one_line_before_the_sanity_check_reads_it(
+    planted, clean, on_sagemaker, as_script, tmp_path, capsys
+):
+    """The validation loader streams from a planted prefix, the training one from clean data: the sanity check's
+    first reader refuses it in one line (every streamed loader comes prepared: data/training_loader.py), the marker
+    unwritten."""
+    folder, marker = planted
+    args = ["fit", f"--data.data_dir={clean}", f"--data.validation_dir={folder}", "--trainer.max_steps=2"]
+    args += ["--trainer.accelerator=cpu", f"--checkpoint.dirpath={tmp_path / 'checkpoints'}"]
+    args += [f"--trainer.default_root_dir={tmp_path}", "--trainer.enable_progress_bar=false"]
+    with pytest.raises(SystemExit) as exit:
+        as_script(LightningCLI, Validated, StreamedValidation, args=[*args, "--trainer.precision=32-true"])
+    errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("ERROR: ")]
+    assert exit.value.code == 1 and len(errors) == 1, errors
+    assert "field 'extra' is stored as 'pickle'" in errors[0] and not os.path.exists(marker)
