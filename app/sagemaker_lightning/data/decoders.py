@@ -4,7 +4,8 @@ litdata decodes each field of an item with the decoder that the dataset's index.
 `pickle` means pickle.loads on the chunk's bytes: whoever can write a data prefix or channel could otherwise run code
 in the job. A field whose decoder is not ADMITTED is refused in one line naming the field and the format, before the
 first batch (streaming.check_source for each split a data module reads; streaming.check for the training loader in a
-job); and every reader of the training loader checks the index it loaded again (litdata downloads index.json anew in
+job); and every reader of a loader the runtime prepared (in a job, every streamed loader: training_loader.py) checks
+the index it loaded again (litdata downloads index.json anew in
 each DataLoader worker at each epoch, so one changed after the first check is refused too, not decoded). A project
 whose own data needs another decoder names it in the setting `streaming.trusted_formats` (its help names the risk).
 
