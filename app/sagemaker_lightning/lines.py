@@ -16,6 +16,7 @@ METRICS = {
     "validation:loss": r"val/loss=([0-9.]+)",
     "validation:accuracy": r"val/acc=([0-9.]+)",
     "hosts:slowest_ratio": r"hosts: slowest \S+ ([0-9.]+)x",  # the slowest host's own time per step / the median's
+    "job:goodput_percent": r"goodput ([0-9.]+) %: training",  # training's share of the job's wall time, at its end
 }
 
 
@@ -57,3 +58,28 @@ def validation(epoch: int, step: int, metrics: dict[str, float]) -> str:
     """Rank 0's line after each validation: the `val/` metrics, sorted by name."""
     shown = " ".join(f"{k}={v:.4f}" for k, v in sorted(metrics.items()) if k.startswith("val/"))
     return f"epoch {epoch} step {step}: {shown}"
+
+
+def duration(seconds: float) -> str:
+    """`seconds` as a line says it: 0.4 s, 41 s, 2m10s, 1h02m."""
+    if seconds < 10:
+        return f"{seconds:.1f} s"
+    if seconds < 60:
+        return f"{seconds:.0f} s"
+    minutes = int(seconds // 60)
+    return f"{minutes}m{int(seconds % 60):02d}s" if minutes < 60 else f"{minutes // 60}h{minutes % 60:02d}m"
+
+
+def percent(wall: float, seconds: dict) -> float:
+    """Training's share of the wall time, in percent."""
+    return 100.0 * seconds["training"] / wall if wall > 0 else 0.0
+
+
+def goodput(wall: float, seconds: dict, steps_again: int) -> str:
+    """The goodput line (goodput.py): training's share of the wall time, then where the rest went."""
+    rest = ", ".join(
+        f"{term} {steps_again} ({duration(s)})" if term == "steps trained again" else f"{term} {duration(s)}"
+        for term, s in seconds.items()
+        if term != "training"
+    )
+    return f"goodput {percent(wall, seconds):.1f} %: training {duration(seconds['training'])}; {rest}"

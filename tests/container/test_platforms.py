@@ -30,7 +30,7 @@ from datetime import datetime
 
 import pytest
 import torch
-from job_lines import final
+from job_lines import final, goodputs
 
 from sagemaker_lightning.health import watchdog
 
@@ -199,6 +199,7 @@ def reference(platform, stuck) -> tuple[str, int]:
     ), master[-3000:]
     # no checkpoint.dirpath: the one warning line a restarted pod would make true
     assert master.count("warning: no checkpoint.dirpath: a restarted pod or gang starts over") == 1
+    assert len(goodputs(master, logs(pods[1]))) == 1  # the job's end, from global rank 0
     assert {"model.pt", "config.yaml"} <= set(os.listdir(model))
     return weights(*pods)
 
@@ -234,6 +235,7 @@ def test_a_stopped_pod_saves_and_the_recreated_gang_resumes_exactly(platform, re
     assert codes[1] == 143, output[-4000:]  # ended within the grace, stopped (137: SIGKILLed)
     assert re.search(r"launch: torchrun \(torchrun\) on", output)
     assert "stopped by SIGTERM" in logs(pods[1]) and "entrypoint: SIGTERM: passed on to training processes" in output
+    assert "goodput so far" in logs(pods[0])  # rank 0's stop line says where the time went until the stop
     stopped = int(re.findall(r"saved last\.ckpt at epoch 0 step (\d+)", logs(pods[0]))[-1])
     assert 2 < stopped < STEPS and saved_step(ckpts) == stopped, logs(pods[0], True) + logs(pods[1], True)  # whole
     assert not [p for p in os.listdir(ckpts) if p.endswith(".partial")]
@@ -251,6 +253,7 @@ def test_a_stopped_pod_saves_and_the_recreated_gang_resumes_exactly(platform, re
     assert f"resuming at epoch 0 step {stopped} from last.ckpt" in output
     assert not re.search(r"warning: (no )?checkpoint\.dirpath", output)  # a volume that outlives the pods: no warning
     assert re.search(rf"launch: torchrun \(Kubeflow\) on {tj}-node-0-0,node-1", output)
+    assert len(goodputs(output)) == 1  # summed across both gangs: the stopped one's time came with the checkpoint
     assert weights(*pods) == reference  # same final step, same weights: an exact resume
     assert {"model.pt", "config.yaml"} <= set(os.listdir(model))
 
@@ -277,6 +280,7 @@ def test_a_crashed_rank_restarts_every_rank_inside_the_job(platform, reference):
     assert "resuming at epoch 0 step 4 from last.ckpt" in output
     assert re.search(r"restart 1 of torchrun's worker group on host \S+ \(TORCHELASTIC_RESTART_COUNT=1\)", output)
     assert "ended without a line (a signal: SIGKILL" in output, output[-6000:]
+    assert len(goodputs(output)) == 1  # the killed attempt's record came with last.ckpt and its ledger
     assert weights(*pods) == reference
 
 

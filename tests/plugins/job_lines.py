@@ -1,7 +1,7 @@
 """The runtime's lines that tests read back from a job's output (the toolkit tier's hosts, the container tier's
-compose and docker logs): each rank's closing line, the save a run resumed from.
+compose and docker logs): each rank's closing line, the save a run resumed from, the job's goodput line.
 
-    from job_lines import final, ranks, resumed
+    from job_lines import final, goodputs, ranks, resumed
 """
 
 import re
@@ -11,6 +11,7 @@ from typing import NamedTuple
 # with the MPI rank
 CLOSING = re.compile(r"\brank (\d+)/(\d+) host (\S+): weights (\w+) at step (\d+)")
 RESUMED = re.compile(r"resuming at (epoch \d+ step \d+) from last\.ckpt")  # checkpoints' line on a resume
+GOODPUT = re.compile(r"\bgoodput ([0-9.]+) %: training .*")  # goodput.py's line at a job's end
 
 
 class Closing(NamedTuple):
@@ -37,3 +38,8 @@ def resumed(output: str) -> str | None:
     """The save a run resumed from, as `epoch E step S`, or None for a run that started afresh."""
     found = RESUMED.search(output)
     return found and found[1]
+
+
+def goodputs(*outputs: str) -> list[str]:
+    """The goodput lines in a job's outputs: one at its end, from global rank 0."""
+    return [m[0] for output in outputs for m in GOODPUT.finditer(output)]

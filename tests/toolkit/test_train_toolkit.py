@@ -11,7 +11,7 @@ import os
 import re
 
 import pytest
-from job_lines import ranks
+from job_lines import goodputs, ranks
 
 from jobs.watch import ValidationWatch
 from model import ImageClassifier
@@ -106,6 +106,7 @@ def test_two_hosts_train_as_one_job(run_hosts, archive_dir, tiny):
     assert "rank 1/2 host 127.0.0.1: node_rank 1" in second.output
     closed = ranks(first.output, second.output)
     assert sorted(closed) == [0, 1] and closed[0].digest == closed[1].digest  # DDP kept the weights in sync
+    assert len(goodputs(first.output)) == 1 and goodputs(second.output) == []  # the job's end, from global rank 0
     assert sorted(os.listdir(first.path("model"))) == ["config.yaml", "model.pt"]
     assert os.listdir(second.path("model")) == []  # only global rank 0 writes the model
     # pre-flight (preflight.py): rank 0's one line, before the first progress line, in less than 10 s

@@ -28,6 +28,7 @@ LIGHT = (
     ),
     "sagemaker_lightning.failure",
     "sagemaker_lightning.lines",
+    "sagemaker_lightning.goodput",  # PID 1 records the container's start with its name
     "sagemaker_lightning.cli.lightning_package",
     "sagemaker_lightning.cli.quiet",
     "sagemaker_lightning.cli.concern",  # the concerns' shape: no torch until a concern's own module

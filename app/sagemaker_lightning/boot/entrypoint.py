@@ -27,6 +27,7 @@ from sagemaker_lightning.boot import signals
 from sagemaker_lightning.boot.command_output import LOG_TAIL_LINES, copy, note
 from sagemaker_lightning.boot.prepare import prepare_job
 from sagemaker_lightning.boot.toolkit_failure import toolkit
+from sagemaker_lightning.goodput import STARTED_AT
 from sagemaker_lightning.launch import paths
 from sagemaker_lightning.launch.platforms.sagemaker import GRACE_S
 
@@ -72,7 +73,7 @@ def main() -> int:
     for signum in (signal.SIGTERM, signal.SIGINT, *STOPS):
         signal.signal(signum, on_early_signal)
     command = sys.argv[1:] or ["train"]
-    env = dict(os.environ)
+    env = {**os.environ, STARTED_AT: repr(time.time())}  # the container's start: the job's goodput counts from here
     in_job = os.path.exists(RESOURCE_CONFIG)
     if why := signals.clear():  # a restarted container's leftovers; a registry that is a link or another user's
         note(f"{why}; a stop goes to the command instead of the training processes")

@@ -116,25 +116,28 @@ class AtomicCheckpointIO:
 
     BASE = "plugins.io.TorchCheckpointIO"
 
-    def __init__(self, resume_point=None, busy=None):
-        """busy: the process's Status.busy (health/status.py): a write marked so is no hang to the watchdog."""
+    def __init__(self, resume_point=None, busy=None, ledger=None):
+        """busy: the process's Status.busy (health/status.py): a write marked so is no hang to the watchdog; ledger:
+        the attempt's goodput.Ledger, where a read is the restore's time and a write the training's stall."""
         super().__init__()
         self.resume_point = resume_point
         self.busy = busy or (lambda what: contextlib.nullcontext())
+        self.timing = ledger.timing if ledger else (lambda term: contextlib.nullcontext())
 
     def load_checkpoint(self, path, *args, weights_only=None, **kwargs):
         path = self.resume_point.choose(path) if self.resume_point else path
         load = super().load_checkpoint
         weights_only = weights_only is not False
         try:
-            with admitted(str(path)):
+            with self.timing("restore"), admitted(str(path)):
                 return retried(lambda: load(path, *args, weights_only=weights_only, **kwargs), str(path))
         except pickle.UnpicklingError as e:  # chosen when it loaded (resume.py): replaced since, or given as ckpt_path
             raise UserError(f"cannot load {path}: {type(e).__name__}: {e}; delete it, or give another") from None
 
     def save_checkpoint(self, checkpoint, path, storage_options=None):
         path = str(path)
-        with self.busy(f"writing {os.path.basename(path)}"):  # peers that wait for it see no hang
+        # peers that wait for it see no hang; the training waits for it
+        with self.busy(f"writing {os.path.basename(path)}"), self.timing("checkpoint stall"):
             if remote(path):
                 return super().save_checkpoint(checkpoint, path, storage_options)
             with replacing(path) as partial:

@@ -14,6 +14,7 @@ checkpoint location cannot steer a delete or a read elsewhere.
     python app/example/train.py ... --checkpoint.dirpath ckpts --last_checkpoint_every_n_steps 50
 """
 
+import contextlib
 import functools
 import os
 import time
@@ -75,12 +76,19 @@ class LastCheckpoint:
     clock = staticmethod(time.monotonic)  # a save's time, against the stop's grace
 
     def __init__(
-        self, every_n_steps: int | None, checkpoint, unprotected: str | None = None, resume_point=None, grace_s=None
+        self,
+        every_n_steps: int | None,
+        checkpoint,
+        unprotected: str | None = None,
+        resume_point=None,
+        grace_s=None,
+        ledger=None,
     ):
         """every_n_steps: 0 for epoch ends and SIGTERM only; None: 0, or about a minute where `unprotected`.
         checkpoint: the ModelCheckpoint whose directory (its dirpath, once set up) holds last.ckpt; resume_point:
         what the job resumes from (resume.ResumePoint), named when it does; grace_s: a stop's grace, which the
-        first save's time is compared with (restarts.grace_line)."""
+        first save's time is compared with (restarts.grace_line); ledger: the attempt's goodput.Ledger, where a save
+        is the training's stall."""
         if every_n_steps is not None and every_n_steps < 0:  # `step % -1 == 0` would save at every step
             raise UserError(
                 f"last_checkpoint_every_n_steps={every_n_steps} is not a number of steps: give N > 0 for last.ckpt "
@@ -89,16 +97,18 @@ class LastCheckpoint:
         self.every_n_steps = every_n_steps if every_n_steps is not None or unprotected else 0
         self.checkpoint, self.unprotected, self.resume_point = checkpoint, unprotected, resume_point
         self.grace_s = grace_s
+        self.timing = ledger.timing if ledger else (lambda term: contextlib.nullcontext())
         self._saved_step = -1
         self._timing = None  # (first step timed, its clock) while the interval is being measured
 
     def save(self, trainer) -> str:
         path = os.path.join(self.checkpoint.dirpath, "last.ckpt")
-        if trainer.is_global_zero and not fsdp.sharded(trainer.strategy):  # fsdp keeps two saves itself
-            keep_previous(path)
         started = self.clock()
-        with fsdp.sharded_saves(trainer.strategy):  # fsdp: a folder of one file per rank (fsdp.py)
-            trainer.save_checkpoint(path, weights_only=False)  # every rank calls it; rank 0 writes (atomically)
+        with self.timing("checkpoint stall"):
+            if trainer.is_global_zero and not fsdp.sharded(trainer.strategy):  # fsdp keeps two saves itself
+                keep_previous(path)
+            with fsdp.sharded_saves(trainer.strategy):  # fsdp: a folder of one file per rank (fsdp.py)
+                trainer.save_checkpoint(path, weights_only=False)  # every rank calls it; rank 0 writes (atomically)
         self._saved_step = trainer.global_step
         if trainer.is_global_zero:
             say(f"saved last.ckpt at epoch {trainer.current_epoch} step {trainer.global_step}")

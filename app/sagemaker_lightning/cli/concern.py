@@ -34,6 +34,7 @@ class Context:
     config_yaml: Callable[[], str] = str  # the resolved configuration as model_dir's config.yaml holds it (redacted)
     status: Status = field(default_factory=Status)  # what the watchdog shares with the rest (health/status.py)
     rank_zero: bool = True  # global rank 0, before the trainer exists
+    goodput: Any = None  # this attempt's goodput.Attempt: its ledger, which the checkpoints account their time in
 
 
 @dataclass

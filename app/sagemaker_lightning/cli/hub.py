@@ -33,7 +33,7 @@ import time
 import traceback
 from collections.abc import Mapping
 
-from sagemaker_lightning import failure, progress
+from sagemaker_lightning import failure, goodput, progress
 from sagemaker_lightning.boot import signals
 from sagemaker_lightning.checkpoints import concern as checkpoints
 from sagemaker_lightning.cli import arguments, checks, lightning_package, precision, quiet, redact, settings
@@ -60,6 +60,7 @@ CONCERNS = (  # the trainer's concerns, each a function Context → Part (concer
     preflight.concern,  # checks before the first step
     watchdog.concern,  # a hang names itself, stragglers show
     lr_scaling.concern,  # scale_lr_by_world_size
+    goodput.concern,  # where the job's time went, at its end
     tracker.concern,  # MLflow, one run a job
     settings.concern,  # TensorBoard, the trainer's logger unless trainer.logger names another
 )
@@ -97,6 +98,10 @@ class LightningCLI:
         self.plan: Plan = make_plan({}, set())  # until the environment's (which may fail in one line too)
         self.status = Status()  # what the watchdog shares with the other concerns and with fail()
         self.precision: precision.Choice | None = None  # trainer.precision's, or the machine's (precision.py)
+        # this attempt's goodput, from its start: the container's (PID 1's record), else this process's; a process
+        # torchrun starts here inherits it
+        os.environ.setdefault(goodput.STARTED_AT, repr(goodput.started_at(os.environ)))
+        self.goodput = goodput.Attempt(goodput.Ledger(), goodput.started_at(os.environ))
         self._stage = "configure"
         # a failure nobody catches (a script's, a job's) is one line; a caller that catches gets Lightning's exception
         sys.excepthook = functools.partial(self._uncaught, stderr=sys.stderr)
@@ -135,6 +140,8 @@ class LightningCLI:
         )
         if show_traceback:
             traceback.print_exception(type(e), e, tb or e.__traceback__)
+        if self.goodput.training:  # where the time went until the failure
+            line = f"{line}; {self.goodput.line(so_far=True)}"
         failure.report(line, env=os.environ if file else {})
         return code
 
@@ -204,10 +211,11 @@ class LightningCLI:
         given = init.get("trainer") or {}
         extra = {key: init.get(key) for key in self._parser(self.subcommand).callback_keys}
         project = listed(kwargs.get("callbacks", given.get("callbacks")))  # the project's, as Lightning takes them
+        model_checkpoint = self._model_checkpoint(project, extra)
+        self.goodput.checkpoint = model_checkpoint  # the ledger goes beside its checkpoints
         ctx = Context(
-            self.pl, self.plan, self._subconfig(), init, given, {}, self.model,
-            self._model_checkpoint(project, extra), self._config_yaml, self.status,
-            global_rank_zero(self.plan, os.environ),
+            self.pl, self.plan, self._subconfig(), init, given, {}, self.model, model_checkpoint, self._config_yaml,
+            self.status, global_rank_zero(self.plan, os.environ), self.goodput,
         )  # fmt: skip
         parts = []
         for concern in CONCERNS:

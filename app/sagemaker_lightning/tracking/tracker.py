@@ -50,13 +50,28 @@ class Tracker:
 
     BASE = "callbacks.Callback"
 
-    def __init__(self, uri, experiment, job, tags, host, model_dir, log_model, system_metrics, config_yaml, loggers=()):
+    def __init__(
+        self,
+        uri,
+        experiment,
+        job,
+        tags,
+        host,
+        model_dir,
+        log_model,
+        system_metrics,
+        config_yaml,
+        loggers=(),
+        goodput=None,
+    ):
         """tags: the run's (the job, its hosts, its instance type); host: this one's name (its system metrics');
-        config_yaml: the resolved configuration as model_dir's config.yaml holds it (a function)."""
+        config_yaml: the resolved configuration as model_dir's config.yaml holds it (a function); goodput: the
+        attempt's (goodput.Attempt), whose figures the run gets at its end."""
         self.uri, self.experiment, self.job, self.tags, self.host = uri, experiment, job, dict(tags), host
         self.model_dir, self.log_model, self.system_metrics = model_dir, log_model, system_metrics
         self.config_yaml = config_yaml
         self.loggers = list(loggers)  # the project's MLFlowLoggers, which log through this run
+        self.goodput = goodput
         self.run = None  # mlflow_run.Run, on global rank 0 during a fit
         self.identity: str | None = None  # what names this job to its run (record.identity), on global rank 0
         self._state: dict = {}  # the run a checkpoint named
@@ -142,13 +157,15 @@ class Tracker:
     def on_fit_end(self, trainer, pl_module):
         if self.run is not None and self.log_model and self.model_dir:
             self.run.artifacts([os.path.join(self.model_dir, name) for name in ("model.pt", "config.yaml")])
-        self._end("FINISHED", FINISH_WAIT_S)
+        self._end("FINISHED", FINISH_WAIT_S, trainer.global_step)
 
     def on_exception(self, trainer, pl_module, exception):
         stopped = (attribute(self.pl, "utilities.exceptions.SIGTERMException"), KeyboardInterrupt)
-        self._end("KILLED" if isinstance(exception, stopped) else "FAILED", STOP_WAIT_S)
+        self._end("KILLED" if isinstance(exception, stopped) else "FAILED", STOP_WAIT_S, trainer.global_step)
 
-    def _end(self, status: str, wait_s: float) -> None:
+    def _end(self, status: str, wait_s: float, step: int) -> None:
+        if self.run is not None and self.goodput is not None and self.goodput.training:
+            self.run.log(self.goodput.figures(), step)  # where the job's time went (goodput.py)
         if self._monitor is not None:
             self._monitor.finish()
             self._monitor = None
@@ -224,6 +241,7 @@ def concern(ctx: Context) -> Part:
         config["mlflow.system_metrics"],
         ctx.config_yaml,
         own,
+        ctx.goodput,
     )
     for item in own:
         _through(tracker, item)

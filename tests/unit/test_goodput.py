@@ -1,0 +1,227 @@
+"""Goodput (sagemaker_lightning/goodput.py): the ledger's accounts, the line, an attempt's start, the timeline of one
+attempt on clocks the test moves (each term exactly the time the test spent in it, the terms adding up to the wall
+time), and a chain of two attempts with known sleeps, the first failing after its last save: the second trains those
+steps again, and says so.
+
+    .venv/bin/pytest tests/unit/test_goodput.py
+"""
+
+import json
+import os
+import time
+from types import SimpleNamespace
+
+import lightning.pytorch as pl
+import pytest
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+from sagemaker_lightning import LightningCLI, goodput, lines
+from sagemaker_lightning.boot import signals
+from sagemaker_lightning.cli.lightning_package import made
+
+pytestmark = pytest.mark.unit
+
+
+def test_a_timing_inside_another_counts_once():
+    ledger = goodput.Ledger()
+    now = [0.0]
+    ledger.clock = lambda: now[0]
+    with ledger.timing("checkpoint stall"):
+        now[0] += 1.0
+        with ledger.timing("restore"):  # a save's own write inside LastCheckpoint's save
+            now[0] += 2.0
+    assert ledger.seconds["checkpoint stall"] == 3.0 and ledger.seconds["restore"] == 0.0
+    ledger.spent("data wait", -0.5)  # a clock's jitter is no negative time
+    assert ledger.accounted() == 3.0
+
+
+@pytest.mark.parametrize(
+    "seconds, said",
+    [(0, "0.0 s"), (0.44, "0.4 s"), (41.2, "41 s"), (130, "2m10s"), (3725, "1h02m"), (86400 + 60, "24h01m")],
+)
+def test_durations_read_as_a_person_says_them(seconds, said):
+    assert lines.duration(seconds) == said
+
+
+def test_the_line_gives_trainings_share_then_where_the_rest_went_and_the_metric_reads_it():
+    seconds = dict.fromkeys(goodput.TERMS, 0.0) | {"training": 3720.0, "start-up": 41.0, "validation": 130.0}
+    line = lines.goodput(3891.0, seconds, 0)
+    assert line.startswith("goodput 95.6 %: training 1h02m; start-up 41 s, restore 0.0 s, checkpoint stall 0.0 s, ")
+    assert "steps trained again 0 (0.0 s), data wait 0.0 s, validation 2m10s, end 0.0 s" in line
+    import re
+
+    assert re.search(lines.METRICS["job:goodput_percent"], line)[1] == "95.6"
+    assert lines.goodput(0.0, dict.fromkeys(goodput.TERMS, 0.0), 0).startswith("goodput 0.0 %")  # no division by 0
+
+
+def test_an_attempt_starts_with_its_container_or_else_its_process(monkeypatch):
+    assert goodput.started_at({goodput.STARTED_AT: "1000.5"}) == 1000.5  # PID 1's record
+    own = goodput.started_at({})  # this process's start, from /proc
+    assert time.time() - 3600 * 24 < own <= time.time()
+    restarted = {goodput.STARTED_AT: "1000.5", "TORCHELASTIC_RESTART_COUNT": "1"}  # torchrun restarted the ranks
+    assert goodput.started_at(restarted) == own
+    assert goodput.started_at({goodput.STARTED_AT: "not a time"}) == own
+
+
+class Clocks:
+    """The wall clock and the monotonic one, moved by the test."""
+
+    def __init__(self):
+        self.now = 100.0
+
+    def __call__(self):
+        return self.now
+
+
+def timeline(start_up=3.0, restore=1.0, steps=(2.0, 2.0, 2.0), waits=(0.5, 0.5), save=1.5, validation=4.0):
+    """One attempt's hooks on a Goodput callback, with the clocks moved by these many seconds in each part."""
+    clock = Clocks()
+    ledger = goodput.Ledger()
+    ledger.clock = clock
+    attempt = goodput.Attempt(ledger, clock.now, wall=clock)
+    callback = made(goodput.Goodput, pl)(attempt)
+    callback.clock = clock
+    trainer = SimpleNamespace(is_global_zero=True, global_step=0, logger=None)
+    callback.setup(trainer, None, "fit")
+    clock.now += start_up  # the start-up's own: the container's, the imports, the process group
+    with ledger.timing("restore"):
+        clock.now += restore
+    callback.on_validation_start(trainer, None)  # the sanity check, inside the start-up
+    clock.now += validation
+    callback.on_validation_end(trainer, None)
+    callback.on_train_start(trainer, None)
+    for i, seconds in enumerate(steps):
+        callback.on_train_batch_start(trainer, None, None, i)
+        clock.now += seconds
+        trainer.global_step += 1
+        callback.on_train_batch_end(trainer, None, None, None, i)
+        if i < len(waits):
+            with ledger.timing("checkpoint stall"):  # a save after the step, before the next one's data
+                clock.now += save
+            clock.now += waits[i]
+    clock.now += 0.25
+    callback.on_fit_end(trainer, None)
+    return attempt
+
+
+def test_each_term_is_the_time_spent_in_it_and_the_terms_add_up_to_the_wall_time(capsys, tmp_path):
+    attempt = timeline()
+    wall, seconds, again = goodput.summed(attempt.records())
+    assert seconds == {
+        "start-up": 3.0,  # what is left of the time before the first step once the restore and the sanity check go
+        "restore": 1.0,
+        "checkpoint stall": 3.0,
+        "steps trained again": 0.0,
+        "data wait": 1.0,
+        "validation": 4.0,
+        "training": 6.0,
+        "end": 0.25,
+    }
+    assert sum(seconds.values()) == pytest.approx(wall) and again == 0
+    assert capsys.readouterr().out.startswith("goodput ")
+
+
+def test_a_killed_attempts_steps_after_its_last_save_are_trained_again_and_said(tmp_path):
+    """The killed attempt's ledger (written as it trained) got to step 6; its checkpoint holds step 4: the next
+    attempt trains steps 5 and 6 again, under their own term."""
+    first = timeline(steps=(1.0,) * 6, waits=())
+    first.checkpoint = SimpleNamespace(dirpath=str(tmp_path))
+    first.write()
+    saved = [{**first.record(), "step": 4}]  # the record the checkpoint of step 4 carries
+    clock = Clocks()
+    ledger = goodput.Ledger()
+    ledger.clock = clock
+    second = goodput.Attempt(ledger, clock.now, SimpleNamespace(dirpath=str(tmp_path)), wall=clock)
+    second.resumed(saved, 4, goodput.read_ledger(str(tmp_path)))
+    callback = made(goodput.Goodput, pl)(second)
+    callback.clock = clock
+    trainer = SimpleNamespace(is_global_zero=True, global_step=4, logger=None)
+    callback.setup(trainer, None, "fit")
+    for i in range(4):
+        callback.on_train_batch_start(trainer, None, None, i)
+        clock.now += 1.0
+        trainer.global_step += 1
+        callback.on_train_batch_end(trainer, None, None, None, i)
+    callback.on_fit_end(trainer, None)
+    wall, seconds, again = goodput.summed(second.records())
+    assert again == 2 and seconds["steps trained again"] == 2.0 and seconds["training"] == 6.0 + 2.0
+    assert sum(seconds.values()) == pytest.approx(wall)
+    assert json.loads((tmp_path / goodput.LEDGER).read_text())["step"] == 8  # the second attempt's own record
+
+
+class Slow(Dataset):
+    """Each item waits DATA_S: the data wait of a step."""
+
+    def __len__(self):
+        return 16
+
+    def __getitem__(self, i):
+        time.sleep(DATA_S)
+        return torch.ones(1)
+
+
+class Sleepy(pl.LightningModule):
+    """Known sleeps: STEP_S a step, VALIDATION_S a validation batch, SAVE_S a save, SETUP_S at setup; fails at
+    FAIL_AT_STEP when given (a crash after its last save)."""
+
+    def __init__(self, fail_at_step: int = 0):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.zeros(1))
+        self.fail_at_step = fail_at_step
+
+    def setup(self, stage):
+        time.sleep(SETUP_S)
+
+    def training_step(self, batch, batch_idx):
+        if self.global_step == self.fail_at_step:
+            raise RuntimeError("a crash after the last save")
+        time.sleep(STEP_S)
+        return (self.w * batch).sum()
+
+    def validation_step(self, batch, batch_idx):
+        time.sleep(VALIDATION_S)
+
+    def on_save_checkpoint(self, checkpoint):
+        time.sleep(SAVE_S)
+
+    def train_dataloader(self):
+        return DataLoader(Slow(), batch_size=1)
+
+    def val_dataloader(self):
+        return DataLoader(Slow(), batch_size=1)
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+DATA_S, STEP_S, VALIDATION_S, SAVE_S, SETUP_S = 0.02, 0.1, 0.05, 0.2, 0.5
+
+
+def test_a_chain_of_two_attempts_with_known_sleeps(tmp_path, monkeypatch, capsys):
+    """A job on SageMaker, in this process: the first attempt crashes at step 6 after last.ckpt at step 4, the second
+    resumes and ends at step 8. Each term holds at least its sleeps, and the terms add up to the wall time."""
+    job = {"SM_HOSTS": '["localhost"]', "SM_CURRENT_HOST": "localhost", "SM_NUM_GPUS": "0"}
+    monkeypatch.setattr(os, "environ", {**os.environ, **job, "SM_OUTPUT_DIR": str(tmp_path)})
+    monkeypatch.setattr(signals, "RUN_DIR", str(tmp_path / "run"))
+    monkeypatch.setattr(goodput, "LEDGER_EVERY_S", 0.0)  # the ledger at every step
+    args = ["fit", "--trainer.max_steps=8", "--trainer.accelerator=cpu", "--trainer.val_check_interval=4"]
+    args += ["--trainer.limit_val_batches=2", "--trainer.num_sanity_val_steps=0", "--trainer.enable_progress_bar=false"]
+    args += [f"--checkpoint.dirpath={tmp_path / 'ckpts'}", f"--trainer.default_root_dir={tmp_path}"]
+    args += ["--last_checkpoint_every_n_steps=4", "--trainer.precision=32-true", "--trainer.logger=false"]
+    os.environ[goodput.STARTED_AT] = repr(time.time())
+    with pytest.raises(RuntimeError, match="a crash after the last save"):
+        LightningCLI(Sleepy, args=[*args, "--model.fail_at_step=6"], save_config_callback=None)
+    os.environ[goodput.STARTED_AT] = repr(started := time.time())
+    cli = LightningCLI(Sleepy, args=args, save_config_callback=None)
+    assert cli.trainer.global_step == 8
+    wall, seconds, again = goodput.summed(cli.goodput.records())
+    assert again == 2 and seconds["steps trained again"] >= 2 * STEP_S
+    assert seconds["training"] >= 8 * STEP_S  # 6 in the first attempt, 2 new in the second
+    assert seconds["start-up"] >= 2 * SETUP_S and seconds["validation"] >= 2 * 2 * VALIDATION_S
+    assert seconds["checkpoint stall"] >= 3 * SAVE_S  # step 4 in each attempt, and step 8
+    assert seconds["data wait"] >= (6 + 4 - 2) * DATA_S  # each step's batch but each attempt's first
+    assert sum(seconds.values()) == pytest.approx(wall, rel=0.01)
+    assert cli.goodput.records()[-1]["wall"] <= time.time() - started + 0.1
+    said = [line for line in capsys.readouterr().out.splitlines() if line.startswith("goodput ")]
+    assert said == [cli.goodput.line()]
