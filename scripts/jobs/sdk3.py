@@ -179,13 +179,7 @@ def tune(tuning: Tuning) -> None:
     )
     from sagemaker.train.tuner import HyperparameterTuner
 
-    kinds = {"Continuous": ContinuousParameter, "Integer": IntegerParameter}  # bounds sent as written (to_string)
-    ranges = {
-        r.key: CategoricalParameter(list(r.values))
-        if r.kind == "Categorical"
-        else kinds[r.kind](r.low, r.high, r.scale)
-        for r in tuning.ranges
-    }
+    ranges = tuning.sdk_ranges(CategoricalParameter, ContinuousParameter, IntegerParameter)
     job = tuning.job
     hyperband = None
     if tuning.hyperband:

@@ -89,6 +89,15 @@ class Tuning:
         """The tuning job's: the job's (--job-name and a timestamp); its children are <name>-NNN-xxxxxxxx."""
         return self.job.name
 
+    def sdk_ranges(self, categorical, continuous, integer) -> dict:
+        """The ranges as an SDK's tuner takes them, given its three parameter classes (both SDKs' take the same
+        arguments); bounds sent as written (their to_string)."""
+        kinds = {"Continuous": continuous, "Integer": integer}
+        return {
+            r.key: categorical(list(r.values)) if r.kind == "Categorical" else kinds[r.kind](r.low, r.high, r.scale)
+            for r in self.ranges
+        }
+
 
 def fail(message: str):
     raise SystemExit(f"error: {message}")
