@@ -31,6 +31,42 @@ def metric(logged: str) -> tuple[str, str]:
     return "validation:" + logged[len("val/") :], re.escape(logged) + "=(-?[0-9.]+)"
 
 
+def objective_regex(name: str) -> str | None:
+    """The expression a tuning job's objective `name` is read with, where the runtime prints it: one of METRICS, or
+    validation:<name> for a val/<name> the project logs (metric); None for any other name."""
+    if name in METRICS:
+        return METRICS[name]
+    try:
+        return metric("val/" + name[len("validation:") :])[1] if name.startswith("validation:") else None
+    except ValueError:
+        return None
+
+
+def objective(name: str) -> str:
+    """Global rank 0's line at a tuning job's child's start: the metric its tuner ranks, and where it reads it; or, for
+    a name the runtime prints nowhere, that warning."""
+    if (regex := objective_regex(name)) is None:
+        return (
+            f"warning: tuning objective {name} is not a metric this job prints (the runtime's: {', '.join(METRICS)}, "
+            "and validation:<name> for each val/<name> the project logs); the tuner ranks this child only if a "
+            "metric definition of the job's own (run_sagemaker.py --metric NAME=REGEX) reads lines the project prints"
+        )
+    where = "the validation line (once an epoch)" if name.startswith("validation:") else "the progress lines"
+    return f"tuning objective: {name}, read from {where} of global rank 0 with {regex}"
+
+
+def unprinted(name: str, line: str) -> str | None:
+    """The warning when the first validation line (`line`) has no value for a validation objective `name`; None
+    when it has one, or when `name` is not read from that line."""
+    regex = objective_regex(name)
+    if not name.startswith("validation:") or regex is None or re.search(regex, line):
+        return None
+    return (
+        f"warning: tuning objective {name} is not a metric this job prints: {regex} finds nothing in the first "
+        f"validation line ({line}); log the metric it reads in validation_step (self.log), or tune on one of the line's"
+    )
+
+
 def say(line: str) -> None:
     """One write per line: ranks share one stdout, and print() writes the newline separately, so lines of
     different ranks would interleave when stdout is unbuffered (PYTHONUNBUFFERED, as in the image)."""

@@ -77,22 +77,32 @@ def loss(outputs) -> float | None:
 
 
 class RankReport:
-    """Each process says which rank it is at the start and which weights it ends with; rank 0 adds val metrics."""
+    """Each process says which rank it is at the start and which weights it ends with; global rank 0 adds the
+    validation line, and in a tuning job's child says which metric the tuner ranks (lines.objective) and, after the
+    first validation, whether that line holds it (lines.unprinted): the tuner reads every host's log, so once."""
 
     BASE = "callbacks.Callback"
 
-    def __init__(self, host: str):
+    def __init__(self, host: str, objective: str | None = None):
         self.host = host  # SageMaker's name for this host (algo-N), else the machine's
+        self.objective = objective  # a tuning job's (Plan.objective)
+        self._unchecked = objective  # the objective, until the first validation line is checked for it
 
     def _say(self, trainer, what: str) -> None:
         say(f"rank {trainer.global_rank}/{trainer.world_size} host {self.host}: {what}")
 
     def setup(self, trainer, pl_module, stage):
         self._say(trainer, f"node_rank {trainer.node_rank} local_rank {trainer.local_rank}")
+        if self.objective and trainer.is_global_zero:
+            say(lines.objective(self.objective))
 
     def on_validation_epoch_end(self, trainer, pl_module):
         if trainer.is_global_zero and not trainer.sanity_checking:
-            say(lines.validation(trainer.current_epoch, trainer.global_step, trainer.callback_metrics))
+            line = lines.validation(trainer.current_epoch, trainer.global_step, trainer.callback_metrics)
+            say(line)
+            if self._unchecked and (warning := lines.unprinted(self._unchecked, line)):
+                say(warning)
+            self._unchecked = None
 
     def on_fit_end(self, trainer, pl_module):
         self._say(trainer, f"weights {weights_digest(pl_module)} at step {trainer.global_step}")
@@ -140,5 +150,5 @@ def concern(ctx: Context) -> Part:
     if not ctx.plan.in_job:
         return Part()
     bar = {} if ctx.trainer.get("enable_progress_bar") is not None else {"enable_progress_bar": sys.stdout.isatty()}
-    lines = [made(RankReport, ctx.pl)(ctx.plan.host), made(LogLines, ctx.pl)(status=ctx.status)]
+    lines = [made(RankReport, ctx.pl)(ctx.plan.host, ctx.plan.objective), made(LogLines, ctx.pl)(status=ctx.status)]
     return Part(callbacks=lines, arguments=bar)

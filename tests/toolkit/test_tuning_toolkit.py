@@ -2,10 +2,14 @@
 gives a child of SDK 2.x's generic Estimator and of its PyTorch estimator, with source_dir and without: the
 StaticHyperParameters of the tuner's own CreateHyperParameterTuningJob request (built by the SDK, printed and
 answered by the launcher's dry run), a tuned value per range as text, and _tuning_objective_metric. Each trains and
-exports, the README's load snippet reads its model, and the tuner reads one objective value per epoch across every
-host's log. What the runtime does not do yet (issue 50: it names the metric the tuner ranks, and says in one line
-when that metric is not one the job prints; SDK 3.x's driver passes `--_tuning_objective_metric` on to the project)
-is marked xfail(strict=True, reason="runtime: ...")."""
+exports, the README's load snippet reads its model, and the tuner reads one objective line per epoch across every
+host's log, from global rank 0, on 2 hosts under each launcher this tier runs: one process per host (the toolkit's),
+torchrun (LAUNCHER=torchrun) and SDK 3.x's driver (its command line; mpirun: tests/container/test_local_mode.py).
+The runtime names the metric the tuner ranks once a job, says in one line when the job does not print it, never
+passes _tuning_objective_metric to the project, and keeps each child's checkpoints apart.
+
+    .venv/bin/pytest -q tests/toolkit/test_tuning_toolkit.py
+"""
 
 import copy
 import json
@@ -17,6 +21,7 @@ import sys
 import boto3
 import pytest
 import torch
+from proctree import kill_tree
 from sagemaker.estimator import Estimator
 from sagemaker.pytorch import PyTorch
 from sagemaker.session import Session
@@ -32,7 +37,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 SDK3 = os.path.join(ROOT, ".venv-sdk3", "bin", "python")
 OBJECTIVE = "validation:accuracy"
 # the runtime's line naming the metric the tuner ranks, once a job (global rank 0), and its line for an objective the
-# job does not print (the lead builds both: see the xfail reasons)
+# job does not print (lines.objective, lines.unprinted)
 RANKED = f"tuning objective: {OBJECTIVE}"
 UNPRINTED = "tuning objective validation:f1 is not a metric this job prints"
 IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/sagemaker-lightning:abc"
@@ -95,6 +100,12 @@ def objective_lines(*outputs: str) -> list[list[float]]:
     return [[float(m) for m in re.findall(METRICS[OBJECTIVE], output)] for output in outputs]
 
 
+def objective_epochs(*outputs: str) -> list[int]:
+    """The epoch of every line the objective's regex reads, across all the hosts' logs (the tuner reads them all)."""
+    found = [line for output in outputs for line in output.splitlines() if re.search(METRICS[OBJECTIVE], line)]
+    return sorted(int(re.search(r"epoch (\d+) step \d+: ", line)[1]) for line in found)
+
+
 @pytest.mark.parametrize("name", CHILDREN)
 def test_a_tuning_childs_hyperparameters_train_export_and_print_the_objective_once_an_epoch(
     name, run_hosts, user_project, points_dir, archive_dir, tmp_path
@@ -131,20 +142,27 @@ def two_hosts(run_hosts_once, user_project, points_dir):
 def test_the_tuner_reads_one_objective_value_an_epoch_across_both_hosts_logs(two_hosts):
     first, second = objective_lines(*(host.output for host in two_hosts))
     assert (len(first), second) == (EPOCHS, [])  # global rank 0 prints the validation line; the other host none
+    assert objective_epochs(*(host.output for host in two_hosts)) == list(range(EPOCHS))
 
 
-@pytest.mark.xfail(
-    strict=True, raises=AssertionError, reason="runtime: name the metric the tuner ranks, once a job (global rank 0)"
-)
 def test_the_log_names_the_metric_the_tuner_ranks_once(two_hosts):
     assert sum(host.output.count(RANKED) for host in two_hosts) == 1
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="runtime: one line when _tuning_objective_metric is not a metric the job prints",
-)
+def test_under_torchrun_the_tuner_reads_one_objective_line_an_epoch(run_hosts, user_project, points_dir):
+    """LAUNCHER=torchrun on 2 hosts: the runtime runs torchrun in each host's process (c10d, ranks by join order),
+    whose processes each read the plan again; global rank 0, on either host, prints the objective's line."""
+    make, ranges, tuned, _ = CHILDREN["Estimator, source_dir"]
+    hps = child_of(make(user_project), ranges, tuned)
+    hosts = run_hosts(["localhost", "127.0.0.1"], hps, {"training": points_dir}, code=user_project,
+                      env={"LAUNCHER": "torchrun"})  # fmt: skip
+    for host in hosts:
+        assert host.returncode == 0, host.output[-3000:]
+    assert "launch: torchrun on localhost,127.0.0.1" in hosts[0].output + hosts[1].output  # started by torchrun
+    assert objective_epochs(*(host.output for host in hosts)) == list(range(EPOCHS))
+    assert sum(host.output.count(RANKED) for host in hosts) == 1
+
+
 def test_an_objective_the_job_does_not_print_is_one_line(run_hosts, user_project, points_dir):
     make, ranges, tuned, _ = CHILDREN["Estimator, source_dir"]
     hps = child_of(make(user_project), ranges, tuned, objective="validation:f1")
@@ -153,15 +171,12 @@ def test_an_objective_the_job_does_not_print_is_one_line(run_hosts, user_project
     assert sum(UNPRINTED in line for line in host.output.splitlines()) == 1
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="runtime: drop _tuning_objective_metric from the options SDK 3.x's driver passes",
-)
-def test_sdk3_drivers_command_line_with_the_objective_trains(opt_ml, user_project, points_dir, tmp_path):
-    """SDK 3.x's driver (sm_train.sh, SourceCode) passes every hyperparameter as `--key <JSON>` (its own
-    hyperparameters_to_cli_args, run here from .venv-sdk3): _tuning_objective_metric too, as the project's option.
-    Settings nested, as the driver takes them (a dotted key stops its shell first: sdk3.nested)."""
+def sdk3_driver(opt_ml, hosts: list[str], root, port: int, code: str, channels: dict) -> list[tuple[str, str]]:
+    """The project's script on each of `hosts` at once, started as SDK 3.x's driver (sm_train.sh, SourceCode) starts
+    it: every hyperparameter as `--key <JSON>` (its own hyperparameters_to_cli_args, run here from .venv-sdk3),
+    _tuning_objective_metric too, and the SM_* variables its environment.py exports, under each host's /opt/ml (its
+    own are fixed to /opt/ml). Settings nested, as the driver takes them (a dotted key stops its shell: sdk3.nested).
+    Each host's (base, exit code, output)."""
     nested = {"trainer": {"max_epochs": EPOCHS, "enable_progress_bar": False}, "model": {"hidden": 8, "lr": 0.2}}
     hps = {**{k: json.dumps(v) for k, v in nested.items()}, "_tuning_objective_metric": OBJECTIVE}
     render = "import json, sys; from sagemaker.train.container_drivers.common.utils import hyperparameters_to_cli_args"
@@ -169,21 +184,53 @@ def test_sdk3_drivers_command_line_with_the_objective_trains(opt_ml, user_projec
         [SDK3, "-c", f"{render}; print(json.dumps(hyperparameters_to_cli_args(json.loads(sys.argv[1]))))",
          json.dumps(hps)], capture_output=True, text=True, check=True,
     )  # fmt: skip
-    base = str(tmp_path / "opt_ml")
-    opt_ml(base, ["algo-1"], "algo-1", hps, {"training": points_dir})
-    env = {**os.environ, "SAGEMAKER_BASE_DIR": base, "SM_HOSTS": '["algo-1"]', "SM_CURRENT_HOST": "algo-1"}
-    run = subprocess.run([sys.executable, "train.py", *json.loads(argv.stdout)], cwd=user_project, env=env,
-                         capture_output=True, text=True, timeout=300)  # fmt: skip
     assert "--_tuning_objective_metric" in argv.stdout  # the driver does pass it
-    assert run.returncode == 0, run.stderr[-2000:]
+    procs = []
+    for i, current in enumerate(hosts):
+        base = str(root / f"host{i}")
+        opt_ml(base, hosts, current, hps, channels)
+        env = {**os.environ, "SAGEMAKER_BASE_DIR": base, "SM_HOSTS": json.dumps(hosts), "SM_CURRENT_HOST": current,
+               "SM_MASTER_ADDR": hosts[0], "SM_MASTER_PORT": str(port), "SM_MODEL_DIR": f"{base}/model",
+               "SM_OUTPUT_DIR": f"{base}/output", "SM_OUTPUT_DATA_DIR": f"{base}/output/data",
+               "SM_CHANNELS": json.dumps(list(channels)),
+               **{f"SM_CHANNEL_{c.upper()}": f"{base}/input/data/{c}" for c in channels}}  # fmt: skip
+        procs.append((base, subprocess.Popen([sys.executable, "train.py", *json.loads(argv.stdout)], cwd=code, env=env,
+                                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)))  # fmt: skip
+    try:
+        ended = []
+        for base, proc in procs:
+            output = proc.communicate(timeout=300)[0]
+            ended.append((base, proc.returncode, output))
+        return ended
+    finally:  # a timeout leaves no host running into the next test
+        for _, proc in procs:
+            if proc.poll() is None:
+                kill_tree(proc.pid)
+                proc.communicate()
+
+
+def test_sdk3_drivers_command_line_with_the_objective_trains(opt_ml, user_project, points_dir, tmp_path, free_port):
+    ((base, code, output),) = sdk3_driver(opt_ml, ["localhost"], tmp_path, free_port(), user_project,
+                                          {"training": points_dir})  # fmt: skip
+    assert code == 0, output[-3000:]
     assert torch.load(os.path.join(base, "model", "model.pt"), weights_only=True)
+    assert output.count(RANKED) == 1 and len(objective_lines(output)[0]) == EPOCHS
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="runtime: keep a tuning child's checkpoints under <checkpoint dir>/<TRAINING_JOB_NAME>",
-)
+def test_under_sdk3s_driver_the_tuner_reads_one_objective_line_an_epoch(
+    opt_ml, user_project, points_dir, tmp_path, free_port
+):
+    """Two hosts, each its own process as the driver starts it (one process per host, Lightning's DDP)."""
+    hosts = sdk3_driver(opt_ml, ["localhost", "127.0.0.1"], tmp_path, free_port(), user_project,
+                        {"training": points_dir})  # fmt: skip
+    for _, code, output in hosts:
+        assert code == 0, output[-3000:]
+    outputs = [output for _, _, output in hosts]
+    assert "world size 2" in outputs[0], outputs[0][-3000:]
+    assert objective_epochs(*outputs) == list(range(EPOCHS))
+    assert sum(output.count(RANKED) for output in outputs) == 1
+
+
 def test_a_child_never_resumes_from_a_siblings_checkpoint(run_hosts, user_project, points_dir, tmp_path):
     """A tuning job has one CheckpointConfig for all its children (the launcher's <output>/<tuning job>/checkpoints/),
     and SageMaker restores what is under it into every child that starts (no AWS document found says it adds the

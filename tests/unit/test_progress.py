@@ -15,7 +15,7 @@ import torch
 from pytorch_lightning.demos.boring_classes import BoringModel
 from torch.utils.data import DataLoader, TensorDataset
 
-from sagemaker_lightning import progress
+from sagemaker_lightning import lines, progress
 from sagemaker_lightning.cli.lightning_package import made
 from sagemaker_lightning.lines import METRICS
 from sagemaker_lightning.progress import LogLines
@@ -194,3 +194,26 @@ class IterableBatches(torch.utils.data.IterableDataset):
 
     def __iter__(self):
         return iter([(torch.randn(4, 32), torch.zeros(4)) for _ in range(3)])
+
+
+VALIDATION = "epoch 0 step 2: val/acc=0.5000 val/loss=0.6931"  # lines.validation's
+
+
+@pytest.mark.parametrize(
+    "objective, said, after_the_first_validation",
+    [
+        ("validation:accuracy", "tuning objective: validation:accuracy, read from the validation line", None),
+        ("validation:loss", "tuning objective: validation:loss, read from the validation line", None),
+        ("train:loss", "tuning objective: train:loss, read from the progress lines", None),
+        ("validation:f1", "tuning objective: validation:f1, read from the validation line",
+         "warning: tuning objective validation:f1 is not a metric this job prints: val/f1="),
+        ("mine:x", "warning: tuning objective mine:x is not a metric this job prints (the runtime's: train:loss", None),
+        ("validation:f 1", "warning: tuning objective validation:f 1 is not a metric this job prints (", None),
+    ],
+)  # fmt: skip
+def test_a_tuning_childs_objective_is_named_and_a_metric_the_job_does_not_print_said(
+    objective, said, after_the_first_validation
+):
+    assert lines.objective(objective).startswith(said)
+    unprinted = lines.unprinted(objective, VALIDATION)
+    assert unprinted is None if after_the_first_validation is None else unprinted.startswith(after_the_first_validation)

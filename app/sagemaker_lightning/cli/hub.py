@@ -42,7 +42,7 @@ from sagemaker_lightning.data import training_loader
 from sagemaker_lightning.health import preflight, watchdog
 from sagemaker_lightning.health.heartbeats import PERIOD_S
 from sagemaker_lightning.health.status import Status
-from sagemaker_lightning.launch import paths
+from sagemaker_lightning.launch import hyperparameters, paths
 from sagemaker_lightning.launch.plan import Plan, global_rank_zero, make_plan
 from sagemaker_lightning.launch.platforms.cluster import PER_HOST
 from sagemaker_lightning.lines import say
@@ -107,7 +107,8 @@ class LightningCLI:
         sys.excepthook = functools.partial(self._uncaught, stderr=sys.stderr)
         quiet.install()  # after Lightning's import, whose own filters would otherwise come first
         # the environment, read once: instantiate_classes completes this plan with the resolved trainer settings
-        here = {"checkpoint_dir": paths.checkpoint_dir(os.environ), **_here()}
+        here = {"checkpoint_dir": paths.checkpoint_dir(os.environ), "objective": hyperparameters.objective(os.environ)}
+        here.update(_here())
         self.plan = make_plan(dict(os.environ), _interfaces(), **here)
         try:
             super().__init__(*args, **kwargs)

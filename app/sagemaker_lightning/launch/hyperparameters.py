@@ -5,7 +5,9 @@ entrypoint) as `--key value` with dicts as `k=v,k2=v2` and lists as Python's rep
 Rather than guess back from those strings, the runtime takes each value from hyperparameters.json — what the SDK
 sent, a JSON string per key (SDK 2.x's Estimator sends Python's str() instead: True, None, {'a': 1}) — and gives it
 to jsonargparse as `--key=<JSON>`. Dotted keys (`trainer.max_epochs`) and nested groups (`trainer: {max_epochs: 3}`,
-which jsonargparse merges into the group) mean the same thing. Keys starting with `sagemaker_` are SageMaker's own.
+which jsonargparse merges into the group) mean the same thing. SageMaker's own keys never reach the project: those
+starting with `sagemaker_` (framework parameters; a tuning job's sagemaker_estimator_*) and `_tuning_objective_metric`,
+the objective's name SageMaker adds to each child of a tuning job (`objective` reads it).
 
     SM_INPUT_CONFIG_DIR=/opt/ml/input/config python -c "from sagemaker_lightning.launch import hyperparameters as h; import os; print(h.read(os.environ))"
 """
@@ -18,6 +20,7 @@ from typing import Any
 from sagemaker_lightning.launch import paths
 
 FRAMEWORK_PREFIX = "sagemaker_"  # SageMaker's own parameters (sagemaker_program, sagemaker_submit_directory, ...)
+TUNING_OBJECTIVE = "_tuning_objective_metric"  # the objective's name, in every child of a tuning job (SageMaker's)
 SMDDP = "sagemaker_distributed_dataparallel_enabled"  # the framework parameter of distribution smdistributed
 # the framework parameters of the distributions SageMaker runs with mpirun: pytorchddp, smdistributed, mpi
 MPI_RUNNERS = ("sagemaker_mpi_enabled", "sagemaker_pytorch_ddp_enabled", SMDDP)
@@ -43,14 +46,30 @@ def enabled(parameters: Mapping[str, Any], key: str) -> bool:
     return str(typed(parameters.get(key, ""))).lower() == "true"
 
 
-def read(env: Mapping[str, str]) -> dict[str, Any]:
-    """The job's hyperparameters, typed, without SageMaker's own; {} where there is no hyperparameters.json."""
+def sagemakers(key: str) -> bool:
+    """Whether hyperparameter `key` is SageMaker's own, never the project's option."""
+    return key.startswith(FRAMEWORK_PREFIX) or key == TUNING_OBJECTIVE
+
+
+def _sent(env: Mapping[str, str]) -> dict[str, Any]:
+    """hyperparameters.json as the SDK sent it; {} where there is none (or it is not a JSON object)."""
     try:
         with open(paths.hyperparameters_file(env)) as f:
             raw = json.load(f)
     except (OSError, ValueError):
         return {}
-    return {k: typed(v) for k, v in raw.items() if not k.startswith(FRAMEWORK_PREFIX)}
+    return raw if isinstance(raw, dict) else {}
+
+
+def read(env: Mapping[str, str]) -> dict[str, Any]:
+    """The job's hyperparameters, typed, without SageMaker's own; {} where there is no hyperparameters.json."""
+    return {k: typed(v) for k, v in _sent(env).items() if not sagemakers(k)}
+
+
+def objective(env: Mapping[str, str]) -> str | None:
+    """The objective a tuning job ranks this child by (`validation:accuracy`); None: not a tuning job's child."""
+    value = typed(_sent(env).get(TUNING_OBJECTIVE))
+    return str(value) if value not in (None, "") else None
 
 
 def argument(key: str, value: Any) -> str:
@@ -69,7 +88,7 @@ def merge(argv: list[str], hyperparameters: Mapping[str, Any]) -> list[str]:
             skip = False
             continue
         key = word[2:] if word.startswith("--") else None
-        if key is not None and i + 1 < len(argv) and (key in hyperparameters or key.startswith(FRAMEWORK_PREFIX)):
+        if key is not None and i + 1 < len(argv) and (key in hyperparameters or sagemakers(key)):
             if key in hyperparameters:
                 out.append(argument(key, hyperparameters[key]))
             skip = True  # the launcher's rendering of the value

@@ -77,6 +77,14 @@ def checkpoint_dir(env: Mapping[str, str]) -> str | None:
         return None
 
 
+def child_checkpoint_dir(checkpoint_dir: str, job_name: str | None, objective: str | None) -> str:
+    """Where a job keeps its checkpoint-directory files: a tuning job's child (`objective` given) in a folder of its
+    own, <checkpoint dir>/<TRAINING_JOB_NAME>, since SageMaker gives all children of a tuning job one CheckpointConfig
+    and restores its whole prefix into each; a spot restart of the same child keeps its name, and resumes its own.
+    Any other job (and a child without a name) uses the directory itself."""
+    return os.path.join(checkpoint_dir, job_name) if objective and job_name else checkpoint_dir
+
+
 def model_dir(env: Mapping[str, str]) -> str | None:
     """Packed into model.tar.gz."""
     return env.get("SM_MODEL_DIR")

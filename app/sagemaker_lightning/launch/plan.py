@@ -49,6 +49,7 @@ class Reading:
     env: Mapping[str, str]  # the environment, as read
     interfaces: Collection[str]  # the network interfaces here
     checkpoint_dir: str | None  # the job's checkpoint_local_path (paths.checkpoint_dir), when it names one
+    objective: str | None  # a tuning job's child: its objective (hyperparameters.objective)
     gpus: int  # the GPUs here, where the platform does not say
     hostname: str  # this host's name
 
@@ -76,6 +77,7 @@ class Plan:
     platform: str = ""  # who runs the job (platforms/): "SageMaker", "Kubeflow", "Slurm", ...; "" for none
     torchrun: tuple[str, ...] = ()  # torchrun's options when the runtime starts torchrun here (strategy.py)
     job_name: str | None = None  # the SageMaker training job's name (TRAINING_JOB_NAME)
+    objective: str | None = None  # a SageMaker tuning job's child: the metric its tuner ranks (validation:accuracy)
     reading: Reading | None = field(default=None, compare=False, repr=False)  # what `completed` makes the plan from
 
     @property
@@ -138,7 +140,7 @@ class Plan:
         r = self.reading
         return make_plan(
             r.env, r.interfaces, accelerator, devices, timeout_s, r.checkpoint_dir, workers, r.gpus, r.hostname,
-            max_restarts,
+            max_restarts, r.objective,
         )  # fmt: skip
 
     def line(self) -> str:
@@ -215,33 +217,21 @@ def make_plan(
     gpus: int = 0,
     hostname: str = "localhost",
     max_restarts: int | None = None,
+    objective: str | None = None,
 ) -> Plan:
     """The plan for this process. `interfaces`: the network interfaces here; `accelerator`, `devices`: the trainer's
     settings (resolved from every source: YAML, --config, arguments); `checkpoint_dir`: the job's checkpoint_local_path
     (paths.checkpoint_dir), when it names one; `workers`: whether DataLoader workers fork; `gpus`: the GPUs here where
     the platform does not say (SageMaker's SM_NUM_GPUS); `hostname`: this host's name; `max_restarts`: torchrun's,
-    where the runtime starts torchrun (None: the platform's, else 0)."""
+    where the runtime starts torchrun (None: the platform's, else 0); `objective`: a tuning job's, on its child
+    (hyperparameters.objective), whose checkpoints then go to a folder of the child's own (paths.child_checkpoint_dir)."""
     check_timeout(timeout_s)  # off any platform too: the strategy gets it
-    reading = Reading(env, interfaces, checkpoint_dir, gpus, hostname)
+    reading = Reading(env, interfaces, checkpoint_dir, objective, gpus, hostname)
     per_host = wanted(env, accelerator, devices, gpus)
     found = recognise(env, per_host, hostname, max_restarts=max_restarts, timeout_s=timeout_s)
     if found is None:
-        none = (
-            "none",
-            ("localhost",),
-            0,
-            1,
-            "localhost",
-            DEFAULT_MASTER_PORT,
-            None,
-            timeout_s,
-            {},
-            "",
-            None,
-            None,
-            None,
-        )
-        return Plan(*none, reading=reading)
+        none = ("none", ("localhost",), 0, 1, "localhost", DEFAULT_MASTER_PORT, None, timeout_s, {}, "")
+        return Plan(*none, None, None, None, reading=reading)
     out, on_sagemaker = dict(found.env), found.platform == "SageMaker"
     out.update(network.network_env(env, interfaces, workers))
     output_data_dir = paths.output_data_dir(env) if on_sagemaker else None
@@ -249,6 +239,11 @@ def make_plan(
     if output_data_dir:  # what a plain script writes under its default root lands in output.tar.gz
         out["PL_TRAINER_DEFAULT_ROOT_DIR"] = output_data_dir
     out.update(streaming_env(env, len(found.hosts), on_sagemaker))  # litdata's streamed datasets (streaming.py)
+    job_name, objective = (sagemaker.job_name(env), objective) if on_sagemaker else (None, None)
+    if on_sagemaker:  # a tuning job's children share one CheckpointConfig: each keeps its files apart
+        checkpoint_dir = paths.child_checkpoint_dir(
+            checkpoint_dir or paths.default_checkpoint_dir(env), job_name, objective
+        )
     if found.torchrun and UNSHARED_STORE not in env:  # restarted ranks read no dead rank's address (restarts.py)
         out[UNSHARED_STORE] = "1"
     return Plan(
@@ -262,7 +257,7 @@ def make_plan(
         timeout_s=timeout_s,
         channels=paths.channels(env) if on_sagemaker else {},
         data_channel=env.get("DATA_CHANNEL", DEFAULT_CHANNEL),
-        checkpoint_dir=checkpoint_dir or (paths.default_checkpoint_dir(env) if on_sagemaker else None),
+        checkpoint_dir=checkpoint_dir,
         model_dir=paths.model_dir(env) if on_sagemaker else None,
         output_data_dir=output_data_dir,
         env=out,
@@ -270,7 +265,8 @@ def make_plan(
         gpus=int(env.get("SM_NUM_GPUS") or gpus or 0),
         platform=found.platform,
         torchrun=found.torchrun,
-        job_name=sagemaker.job_name(env) if on_sagemaker else None,
+        job_name=job_name,
+        objective=objective,
         reading=reading,
     )
 

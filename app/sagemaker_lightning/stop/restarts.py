@@ -6,7 +6,9 @@
   - under torchrun, which restart this is (TORCHELASTIC_RESTART_COUNT, per host) and why the previous attempt's
     processes on this host ended: each failure line they left in torchrun's error file (failure.report writes it),
     or none: a signal (restart_line); a store shared across attempts, which a restart cannot trust (shared_store_line);
-    across SageMaker hosts, a checkpoint directory that is each host's own (unshared_line).
+    across SageMaker hosts, a checkpoint directory that is each host's own (unshared_line);
+  - in a SageMaker tuning job's child, the checkpoint folder of its own that it resumes from, never a sibling's
+    (child_line; launch/paths.py, child_checkpoint_dir).
 No torch.
 
     python -c "from sagemaker_lightning.stop import restarts; print(restarts.ephemeral('/tmp/ckpt', open('/proc/self/mountinfo').read()))"
@@ -131,6 +133,17 @@ def unshared_line(plan, dirpath: str | None, env: Mapping[str, str]) -> str | No
     )
 
 
+def child_line(plan, dirpath: str | None) -> str | None:
+    """In a tuning job's child that keeps the plan's checkpoint directory: the folder of its own (Plan.checkpoint_dir)
+    inside the one all the tuning job's children share."""
+    if not (plan.objective and plan.job_name and dirpath and dirpath == plan.checkpoint_dir):
+        return None
+    return (
+        f"tuning job's child {plan.job_name}: its checkpoints in {dirpath}, a folder of its own in the checkpoint "
+        "directory every child of the tuning job shares: a restart of this child resumes its own, never a sibling's"
+    )
+
+
 def restart_line(env: Mapping[str, str], host: str) -> str | None:
     """Under torchrun after a restart of this host's processes: which restart, and how the previous ones ended."""
     restart = int(env.get("TORCHELASTIC_RESTART_COUNT") or 0)
@@ -152,12 +165,12 @@ def restart_line(env: Mapping[str, str], host: str) -> str | None:
 def announce(plan, dirpath: str | None, env: Mapping[str, str], rank_zero: bool) -> None:
     """At the start of a job's trainer: the restart line (each host's first process); on global rank 0 the warnings
     on what a restart could not use: a store shared across torchrun's attempts, a checkpoint directory that is each
-    SageMaker host's own, or (elsewhere) one that goes with the container."""
+    SageMaker host's own, or (elsewhere) one that goes with the container; and a tuning job's child's own folder."""
     if plan.launcher == "torchrun" and env.get("LOCAL_RANK") == "0" and (line := restart_line(env, plan.host)):
         say(line)
     if not rank_zero:
         return
-    for line in (shared_store_line(env), unshared_line(plan, dirpath, env)):
+    for line in (shared_store_line(env), unshared_line(plan, dirpath, env), child_line(plan, dirpath)):
         if line:
             say(line)
     if not plan.on_sagemaker:

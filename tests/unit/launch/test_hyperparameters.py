@@ -143,3 +143,24 @@ def test_sagemaker_s_own_parameters_are_not_arguments(tmp_path):
     (tmp_path / "hyperparameters.json").write_text(json.dumps({"sagemaker_program": '"train.py"', "a": "1"}))
     assert hyperparameters.read({"SM_INPUT_CONFIG_DIR": str(tmp_path)}) == {"a": 1}
     assert hyperparameters.read({"SM_INPUT_CONFIG_DIR": str(tmp_path / "none")}) == {}
+
+
+CHILD = {"trainer.max_epochs": 3, "optimizer.lr": "0.05", "_tuning_objective_metric": "validation:accuracy"}
+
+
+@pytest.mark.parametrize("launcher", [sdk2, sdk3], ids=["SDK 2.x + toolkit", "SDK 3.x driver"])
+def test_a_tuning_childs_objective_is_sagemakers_not_an_option(tmp_path, monkeypatch, launcher):
+    """SageMaker adds _tuning_objective_metric to each child's hyperparameters; SDK 3.x's driver passes it on as
+    `--_tuning_objective_metric validation:accuracy`, which the project's parser would refuse."""
+    argv = launcher(tmp_path, monkeypatch, CHILD)
+    env = {"SM_INPUT_CONFIG_DIR": str(tmp_path)}
+    typed = hyperparameters.read(env)
+    assert typed == {"trainer.max_epochs": 3, "optimizer.lr": 0.05}
+    assert hyperparameters.objective(env) == "validation:accuracy"
+    assert not any("_tuning_objective_metric" in word for word in hyperparameters.merge(argv, typed))
+
+
+def test_a_job_without_an_objective_is_no_tuning_child(tmp_path):
+    (tmp_path / "hyperparameters.json").write_text(json.dumps({"a": "1", "_tuning_objective_metric": '""'}))
+    assert hyperparameters.objective({"SM_INPUT_CONFIG_DIR": str(tmp_path)}) is None
+    assert hyperparameters.objective({"SM_INPUT_CONFIG_DIR": str(tmp_path / "none")}) is None

@@ -115,3 +115,12 @@ def test_in_job_recovery_across_sagemaker_hosts_needs_a_shared_checkpoint_direct
     assert restarts.unshared_line(two, "s3://bucket/ckpt", restarting) is None
     assert restarts.unshared_line(two, "/opt/ml/checkpoints", {}) is None  # no restarts
     assert restarts.unshared_line(one, "/opt/ml/checkpoints", restarting) is None  # one host: its own is every host's
+
+
+def test_a_tuning_child_says_where_its_own_checkpoints_are():
+    env = {"SM_HOSTS": '["algo-1"]', "SM_CURRENT_HOST": "algo-1", "TRAINING_JOB_NAME": "tune-001-abc"}
+    child = make_plan(env, {"lo"}, objective="validation:accuracy")
+    said = restarts.child_line(child, "/opt/ml/checkpoints/tune-001-abc")
+    assert said.startswith("tuning job's child tune-001-abc: its checkpoints in /opt/ml/checkpoints/tune-001-abc, ")
+    assert restarts.child_line(child, "s3://bucket/mine") is None  # the project's own checkpoint.dirpath
+    assert restarts.child_line(make_plan(env, {"lo"}), "/opt/ml/checkpoints") is None  # a training job
