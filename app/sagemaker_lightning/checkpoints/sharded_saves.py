@@ -221,6 +221,10 @@ class MetadataReader(dcp.FileSystemReader):
                 raise
         if not isinstance(found, metadata.Metadata):
             raise pickle.UnpicklingError(f"its .metadata holds a {type(found).__name__}, not a checkpoint's metadata")
+        for item in (found.storage_data or {}).values():  # DCP joins each to the save's folder: flat names only
+            if item.relative_path in ("", ".", "..") or os.path.basename(item.relative_path) != item.relative_path:
+                self.refused = UnsafeGlobal(f"its .metadata names {item.relative_path!r}, a file outside its folder")
+                raise self.refused
         if getattr(found, "storage_meta", None) is None:  # what torch's reader does after its pickle.load
             found.storage_meta = metadata.StorageMeta()
         found.storage_meta.load_id = self.load_id
