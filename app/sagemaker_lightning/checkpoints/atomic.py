@@ -11,7 +11,8 @@ record (`write`).
 The previous save: SageMaker uploads the checkpoint directory in the background and deletes in S3 what is deleted
 here, so the newest save is never the only complete one while the next is written and uploaded. A single-file
 last.ckpt is linked as PREVIOUS before it is replaced (keep_previous); sharded saves go to a new folder each, and once
-one is complete every folder but it and the complete one before it is removed (prune).
+one is complete every folder but it and the complete one before it is removed (prune). Neither follows a symbolic
+link there (location.unlinked): a link is refused in one line before anything is linked or removed.
 
     python -c "from sagemaker_lightning.checkpoints import atomic; print(atomic.partial_path('ckpts/last.ckpt'))"
 """
@@ -22,6 +23,8 @@ import shutil
 
 import fsspec
 import fsspec.implementations.local
+
+from sagemaker_lightning.checkpoints.location import unlinked
 
 PREVIOUS = "last-previous.ckpt"  # last.ckpt's predecessor, kept while last.ckpt is replaced and uploaded
 
@@ -69,6 +72,7 @@ def keep_previous(path: str) -> None:
     if not fs.exists(source):
         return
     if isinstance(fs, fsspec.implementations.local.LocalFileSystem):
+        unlinked(source, os.path.dirname(source))  # os.link would link what a link names
         with replacing(target) as partial:
             os.link(source, partial)
     else:
@@ -77,7 +81,13 @@ def keep_previous(path: str) -> None:
 
 def prune(root: str, keep: set[str]) -> None:
     """Remove every save in `root` (a sharded last.ckpt/) but those named in `keep`: the newest complete one and the
-    complete one before it; saves cut short go too."""
-    for entry in os.listdir(root):
+    complete one before it; saves cut short go too. Nothing is removed where root, or any entry in it, is a symbolic
+    link (location.unlinked; root is in checkpoint.dirpath)."""
+    dirpath = os.path.dirname(os.path.abspath(root))
+    unlinked(root, dirpath)
+    entries = os.listdir(root)
+    for entry in entries:
+        unlinked(os.path.join(root, entry), dirpath)
+    for entry in entries:
         if entry not in keep:
             shutil.rmtree(os.path.join(root, entry), ignore_errors=True)

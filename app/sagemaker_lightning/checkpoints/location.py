@@ -1,11 +1,13 @@
-"""Where a checkpoint location is: a URL (s3://, any fsspec protocol) or a directory of this machine, and which paths
-are inside it. No torch.
+"""Where a checkpoint location is: a URL (s3://, any fsspec protocol) or a directory of this machine, which paths
+are inside it, and that a save writes and deletes nowhere else (`unlinked`). No torch.
 
     python -c "from sagemaker_lightning.checkpoints.location import inside; print(inside('ckpts/../x', 'ckpts'))"
 """
 
 import os
 import posixpath
+
+from sagemaker_lightning.failure import UserError
 
 LOCAL = (None, "file", "local")  # fsspec's protocols of this machine's files
 
@@ -29,3 +31,22 @@ def inside(path: str, dirpath: str) -> bool:
     else:
         where, home = posixpath.normpath(f"/{where}"), posixpath.normpath(f"/{home}")
     return where != home and posixpath.commonpath([where, home]) == home
+
+
+def unlinked(path: str, dirpath: str) -> None:
+    """Raises UserError unless `path` is a local path inside `dirpath` (checkpoint.dirpath, or a folder inside it)
+    with no symbolic link from there down to it: what a save writes to or prunes is then inside dirpath, wherever
+    a link there would point (a shared volume can hold one: a PVC, NFS, FSx). dirpath itself is the user's setting
+    and may be a link; `..` is resolved before the comparison."""
+    home, where = os.path.abspath(dirpath), os.path.abspath(path)
+    if where != home and not where.startswith(home.rstrip(os.sep) + os.sep):
+        raise UserError(f"{path} is outside checkpoint.dirpath {dirpath}: a save writes and deletes nowhere else")
+    here = home
+    for part in os.path.relpath(where, home).split(os.sep) if where != home else []:
+        here = os.path.join(here, part)
+        if os.path.islink(here):
+            raise UserError(
+                f"{here} is a symbolic link (to {os.readlink(here)}): checkpoints are written and deleted only inside "
+                f"checkpoint.dirpath {dirpath}, never through a link; remove the link (what it names stays as it is), "
+                "or set checkpoint.dirpath to the folder itself"
+            )

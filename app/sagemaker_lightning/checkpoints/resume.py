@@ -20,6 +20,7 @@ import torch
 
 from sagemaker_lightning.checkpoints import sharded_saves
 from sagemaker_lightning.checkpoints.io import read
+from sagemaker_lightning.checkpoints.location import remote, unlinked
 from sagemaker_lightning.failure import UserError
 from sagemaker_lightning.lines import say
 
@@ -132,12 +133,16 @@ class ResumePoint:
     trainer.ckpt_path is set to `candidate`: last.ckpt's path when the directory holds any checkpoint (a listing,
     the same on every host); under fsdp the newest complete sharded save this host holds. When Lightning loads it,
     once the ranks have joined, `choose` gives rank 0's choice; under fsdp the strategy loads rank 0's candidate (it
-    broadcasts the path: sharding.FullyShardedStrategy.load_checkpoint)."""
+    broadcasts the path: sharding.FullyShardedStrategy.load_checkpoint). A checkpoint in a local directory that is a
+    symbolic link (last.ckpt, fsdp's last.ckpt/ or a save in it, a best checkpoint) fails the job here, in one line:
+    the saves would write and delete where it points (location.unlinked)."""
 
     def __init__(self, dirpath: str, model: Mapping | None, strict: bool, sharded: bool, announce: bool):
         """model: its state dict; strict: its strict_loading; sharded: under fsdp; announce: on global rank 0,
         where a save skipped as cut short is said."""
         self.dirpath, self.model, self.strict = dirpath, model, strict
+        for name in [] if remote(dirpath) else names(dirpath):  # a link among them: refused before any is read
+            unlinked(f"{dirpath.rstrip('/')}/{name}", dirpath)
         if sharded:  # fsdp: the newest complete save in last.ckpt/, its skipped ones said once
             self.candidate = sharded_saves.resume_path(dirpath, announce)
         else:

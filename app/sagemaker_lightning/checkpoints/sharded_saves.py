@@ -43,7 +43,7 @@ from torch.distributed.checkpoint.state_dict import (
 
 from sagemaker_lightning.checkpoints.atomic import prune, replacing
 from sagemaker_lightning.checkpoints.io import PATHS, UnsafeGlobal, admitted, refusal
-from sagemaker_lightning.checkpoints.location import remote
+from sagemaker_lightning.checkpoints.location import remote, unlinked
 from sagemaker_lightning.failure import UserError
 from sagemaker_lightning.lines import say
 
@@ -142,6 +142,7 @@ def resume_path(dirpath: str, announce: bool = True) -> str | None:
             "this machine; on SageMaker leave it unset (/opt/ml/checkpoints, synced to checkpoint_s3_uri)"
         )
     last = Path(dirpath) / "last.ckpt"
+    unlinked(str(last), dirpath)  # a link there would take the saves, and the prune after each, elsewhere
     if last.is_file():
         raise UserError(
             f"{last} was written by trainer.strategy=ddp (one file) and cannot take fsdp's sharded saves; resume "
@@ -149,6 +150,8 @@ def resume_path(dirpath: str, announce: bool = True) -> str | None:
         )
     if not last.is_dir():
         return None
+    for entry in os.listdir(last):
+        unlinked(str(last / entry), dirpath)
     save, skipped = newest_complete(last)
     for note in skipped if announce else []:
         say(f"not resuming from {note}")
@@ -175,6 +178,7 @@ def save(strategy, checkpoint: dict, root: Path, previous: str | None) -> str:
     every host, the saves before `previous` (the complete one before this, written or resumed from by this run) and
     those cut short go (atomic.prune). Returns the new save's name."""
     name = strategy.broadcast(f"step-{checkpoint['global_step']:09d}-{time.time_ns()}")  # a new folder, never reused
+    unlinked(str(root), str(root.parent))  # made since the start: DCP would write where it names
     target = root / name  # rank 0's path (ModelCheckpoint broadcasts it); on SageMaker each host's /opt/ml/...
     state = {"state_dict": checkpoint.pop("state_dict")}
     state.update({f"optimizer_{i}": s for i, s in enumerate(checkpoint.pop("optimizer_states", []))})
@@ -217,6 +221,10 @@ class MetadataReader(dcp.FileSystemReader):
                 raise
         if not isinstance(found, metadata.Metadata):
             raise pickle.UnpicklingError(f"its .metadata holds a {type(found).__name__}, not a checkpoint's metadata")
+        for item in (found.storage_data or {}).values():  # DCP joins each to the save's folder: flat names only
+            if item.relative_path in ("", ".", "..") or os.path.basename(item.relative_path) != item.relative_path:
+                self.refused = UnsafeGlobal(f"its .metadata names {item.relative_path!r}, a file outside its folder")
+                raise self.refused
         if getattr(found, "storage_meta", None) is None:  # what torch's reader does after its pickle.load
             found.storage_meta = metadata.StorageMeta()
         found.storage_meta.load_id = self.load_id

@@ -19,6 +19,8 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, DistributedSampler, RandomSampler, SequentialSampler
 
+from sagemaker_lightning.lines import say
+
 
 class ResumableEpoch:
     """A training iterable that resumes mid-epoch where a checkpoint left it. Lightning saves its state_dict() in
@@ -36,14 +38,33 @@ class ResumableEpoch:
     ran in between (a validation draws too) and wherever the checkpoint was written."""
 
     sampler: DistributedSampler
+    batch_size: int
+    drop_last = False  # a DataLoader's own: its last incomplete batch dropped
     _resume: tuple[int, int] | None = None  # (epoch, batches handed out) from the checkpoint: set by load_state_dict
+    resumed: tuple[int, int] | None = None  # (epoch, batches of this shape) after a resume with another shape
     _handed_out = 0  # batches handed out in the current epoch
 
+    def shape(self) -> dict:
+        """What a position in the epoch is counted in, saved with it: a resume with another compares them."""
+        sampler = self.sampler
+        drop = bool(self.drop_last or sampler.drop_last)
+        return {"batch size": int(self.batch_size), "world size": sampler.num_replicas, "seed": sampler.seed,
+                "shuffle": bool(sampler.shuffle), "drop_last": drop}  # fmt: skip
+
     def state_dict(self) -> dict:
-        return {"epoch": self.sampler.epoch, "batches": self._handed_out}
+        shape = self.shape()
+        samples = self._handed_out * shape["batch size"] * shape["world size"]  # of the epoch's order, every rank's
+        return {"epoch": self.sampler.epoch, "batches": self._handed_out, "samples": samples, "shape": shape}
 
     def load_state_dict(self, state: dict) -> None:
-        self._resume = (state["epoch"], state["batches"])
+        was, now = state.get("shape"), self.shape()  # none: saved before shapes were (same shape assumed)
+        if was is None or was == now:
+            self._resume = (state["epoch"], state["batches"])
+            return
+        at, line = continued(state["epoch"], was, now, state["samples"])
+        self._resume = self.resumed = (state["epoch"], at // (now["batch size"] * now["world size"]))
+        if self.sampler.rank == 0:
+            say(line)
 
     def _epoch(self, batches: Callable[[int], Iterator]) -> Iterator:
         """This epoch's batches, `batches(skip)` giving them from the first not skipped. Made when the first one is
@@ -59,6 +80,23 @@ class ResumableEpoch:
                 return
             self._handed_out += 1
             yield batch
+
+
+def continued(epoch: int, was: dict, now: dict, samples: int, ordered: tuple[str, ...] = ("seed", "shuffle")):
+    """Where an epoch saved `samples` into its order with shape `was` continues with shape `now`: the first sample of
+    the batch of the new shape that holds it (a batch is every rank's), and the one line saying so. Exact where the
+    new batches divide the samples done; else they are trained again. `ordered`: the settings that make the order."""
+    stride = max(1, now["batch size"] * now["world size"])
+    at = samples - samples % stride
+    changed = ", ".join(f"{k} {now[k]} (was {was.get(k)})" for k in now if was.get(k) != now[k])
+    if any(was.get(k) != now[k] for k in ordered):
+        what = "the epoch's order is another, so which of its samples were trained is not known: it continues at "
+        what += f"sample {at} of the new order"
+    elif at == samples:
+        what = f"the epoch continues exactly at sample {at}"
+    else:
+        what = f"the epoch restarts at sample {at} ({samples - at} samples trained again)"
+    return at, f"resumed epoch {epoch} with {changed}: {what}"
 
 
 def seed_all(seed: int) -> None:

@@ -34,8 +34,9 @@ import sys
 
 from sagemaker_lightning.checkpoints.location import inside
 from sagemaker_lightning.data import decoders
-from sagemaker_lightning.data.resumable import seed_all
+from sagemaker_lightning.data.resumable import continued, seed_all
 from sagemaker_lightning.failure import UserError
+from sagemaker_lightning.lines import say
 
 ENDPOINT_VARIABLES = ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL")  # botocore's order: the S3 one wins
 INDEX = "index.json"  # what litdata's optimize() writes beside the chunks: a dataset's table of contents
@@ -165,6 +166,33 @@ def localized(state: dict, dataset) -> dict:
 
 def _load_localized(loader, load, state: dict) -> None:
     load(localized(state, loader.dataset) if not hasattr(loader.dataset, "_datasets") else state)
+    reshaped(loader, state)
+
+
+def reshaped(loader, state: dict) -> None:
+    """A state saved with another batch or world size (or worker count): litdata resumes at the global batch of the
+    new shape that holds the sample reached (elastic resume, rounded down), silently; said here in one line (global
+    rank 0), and the batches it counts as done kept for Lightning's count (`resumed`, training_loader.py)."""
+    from litdata.streaming.elastic import sample_in_epoch_from_state, topology_changed
+    from litdata.utilities.env import _DistributedEnv
+
+    saved, env = state.get("dataset"), _DistributedEnv.detect()
+    now = {"batch size": int(loader.batch_size or 1), "world size": env.world_size, "workers": loader.num_workers or 1}
+    if (
+        not isinstance(saved, dict)
+        or "batch_size" not in saved
+        or not topology_changed(
+            saved, world_size=now["world size"], num_workers=now["workers"], batch_size=now["batch size"]
+        )
+    ):
+        return
+    was = {"batch size": saved["batch_size"], "world size": saved.get("world_size"), "workers": saved["num_workers"]}
+    was["workers"] = max(1, int(was["workers"] or 1))
+    epoch = state["current_epoch"] - 1  # litdata counts from 1, Lightning from 0
+    at, line = continued(epoch, was, now, sample_in_epoch_from_state(saved), ordered=())
+    loader.resumed = (epoch, at // (now["batch size"] * now["world size"]))
+    if env.global_rank == 0:
+        say(line)
 
 
 @functools.cache

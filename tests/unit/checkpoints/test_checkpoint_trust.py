@@ -61,6 +61,25 @@ def test_a_planted_metadata_runs_nothing_and_its_save_is_skipped(tmp_path, capsy
     assert sharded_saves.missing(Path(older)) == []  # a real save's .metadata still loads
 
 
+def test_a_metadata_naming_a_file_outside_its_folder_reads_nothing_there(tmp_path, capsys):
+    """A save's .metadata names each shard file by a relative_path that DCP joins to the save's folder: a planted
+    `../elsewhere.distcp` read any torch archive the job could reach into the model (issue 48, item 11)."""
+    older = save(tmp_path / "last.ckpt", 4)
+    planted = Path(save(tmp_path / "last.ckpt", 9))
+    with open(planted / ".metadata", "rb") as f:
+        found = pickle.load(f)
+    for item in found.storage_data.values():  # every shard now read from outside the folder, at the sizes recorded
+        os.replace(planted / item.relative_path, tmp_path / "elsewhere.distcp")
+        item.relative_path = "../../elsewhere.distcp"
+    (planted / ".metadata").write_bytes(pickle.dumps(found))
+    assert sharded_saves.resume_path(str(tmp_path)) == older
+    assert "not resuming from step-000000009-9: its .metadata names '../../elsewhere.distcp', a file outside its" in (
+        capsys.readouterr().out
+    )
+    with pytest.raises(UnsafeGlobal):
+        sharded_saves.missing(planted)
+
+
 class EnumsByName(pickle.Pickler):
     """Pickles enum members as Python 3.12 and Debian's 3.11 (the image's) do: getattr(Enum, name)."""
 

@@ -162,3 +162,21 @@ def test_a_step_pays_for_the_seeding_hook_only_where_data_streams(optimized, tmp
     callback.on_train_epoch_start(trainer(streamed), None)
     assert callable(callback.on_train_batch_start) and callback._seed == 5
     assert streamed.current_epoch == 3  # the trainer's: the loader adds 1 when the epoch's first batch is asked for
+
+
+def test_a_resume_with_another_batch_size_says_what_litdata_trains_again(optimized, tmp_path, capsys):
+    """litdata's elastic resume rounds the sample reached down to a batch of the new shape, silently (issue 48, item
+    4): the runtime says so in one line, and keeps the batches it counts as done for Lightning's count."""
+    first = loader(optimized, tmp_path)
+    batches = iter(first)
+    seen = [int(i) for _ in range(3) for i in next(batches)["id"]]  # 3 batches of 4: 12 samples
+    state = first.state_dict()
+    again = StreamingDataLoader(StreamingDataset(optimized, cache_dir=str(tmp_path / "again")), batch_size=8)
+    streaming.prepared(again)
+    again.load_state_dict(state)
+    assert capsys.readouterr().out.splitlines() == [
+        "resumed epoch 0 with batch size 8 (was 4): the epoch restarts at sample 8 (4 samples trained again)"
+    ]
+    assert again.resumed == (0, 1)
+    rest = [int(i) for batch in again for i in batch["id"]]
+    assert sorted(set(seen + rest)) == list(range(40)) and len(seen + rest) == 44
