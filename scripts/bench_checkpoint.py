@@ -71,24 +71,48 @@ def options(argv=None) -> argparse.Namespace:
     return args
 
 
+def lost_s(run: dict) -> float:
+    """Training time a save cost: its stall, plus what the steps run while it was written took beyond their time
+    alone just before (a background write competes for the cores, and for the GIL from a thread)."""
+    return run["stall_s"] + (run["steps"] * (run["step_s"] - run["alone_s"]) if run["steps"] else 0.0)
+
+
 def local_section(tree, device: str, work: str, args, snapshot_s: float) -> dict[str, float]:
+    """Each way with the compute-bound training loop, then the background ways with the launch-bound one."""
     from checkpoint_bench import local, state
 
-    trainer = state.Trainer(device)
-    step_s = trainer.step_s(2 if args.quick else 20)
-    results = local.saves(tree, trainer, work, args.repeat)
-    rows = []
+    compute, launch = state.Trainer(device, "compute"), state.Trainer(device, "launch")
+    results, start_s = local.saves(tree, compute, work, args.repeat)
+    launched, _ = local.saves(tree, launch, work, args.repeat, keys=("lightning_async", "thread", "process"))
+    rows, summary, alone = [], {}, {}
     for key, runs in results.items():
         stalls = [r["stall_s"] for r in runs]
-        during = report.spread([r["step_s"] for r in runs])[1]
-        steps = report.spread([r["steps"] for r in runs])[1]
-        rows.append([local.LABELS[key], report.seconds(stalls), report.ratio(report.spread(stalls)[0], snapshot_s),
-                     report.seconds([r["write_s"] for r in runs]), "-" if steps == 0 else f"{steps:.0f}",
-                     report.ratio(during, step_s)])  # fmt: skip
-    header = ["whole-file save to local disk", "stall s", "/snapshot", "write s", "steps", "step/alone"]
-    print(f"\nlocal: training steps of {step_s * 1e3:.1f} ms alone run while the file is written\n"
-          f"{report.table(header, rows)}")  # fmt: skip
-    return {f"{key}_stall_s": report.spread([r["stall_s"] for r in runs])[0] for key, runs in results.items()}
+        row = [local.LABELS[key], report.seconds(stalls), report.ratio(report.spread(stalls)[0], snapshot_s),
+               report.seconds([r["write_s"] for r in runs])]  # fmt: skip
+        for loop, group in (("compute", runs), ("launch", launched.get(key, runs))):
+            alone.setdefault(loop, []).extend(r["alone_s"] for r in group)
+            slower = report.spread([r["step_s"] / r["alone_s"] for r in group])[1]
+            lost = [lost_s(r) for r in group]
+            row += ["-" if math.isnan(slower) else f"{slower:.2f}x", report.seconds(lost)]
+            summary[f"{key}_{loop}_lost_s"] = report.spread(lost)[1]
+        rows.append(row)
+        summary[f"{key}_stall_s"] = report.spread(stalls)[0]
+    header = [
+        "whole-file save to local disk",
+        "stall s",
+        "/snapshot",
+        "write s",
+        "compute",
+        "lost s",
+        "launch",
+        "lost s",
+    ]
+    compute_ms, launch_ms = (report.spread(alone[loop])[1] * 1e3 for loop in ("compute", "launch"))
+    print(f"\nlocal: steps while the file is written against steps alone just before, and the training time each "
+          f"save cost (lost): compute-bound steps ({compute_ms:.1f} ms alone: a CPU's training), launch-bound ones "
+          f"({launch_ms:.1f} ms of tiny ops: a GPU's host thread); the writer process took {start_s:.1f} s to start "
+          f"(once, untimed)\n{report.table(header, rows)}")  # fmt: skip
+    return summary
 
 
 def s3_section(tree, file: str, endpoint: str, repeat: int) -> dict[str, float]:
@@ -124,18 +148,22 @@ def sharded_section(params: float, device: str, work: str, repeat: int) -> dict[
     folder = os.path.join(work, "sharded")
     os.makedirs(folder)
     ranks = sharded.saves(params, device, folder, repeat)
-    step_s = max(r["step_s"] for r in ranks)
-    rows, summary = [], {}
+    rows, summary, alone = [], {}, []
     for key, label in sharded.LABELS.items():
         for name, runs in ((label, [[r[key][i] for r in ranks] for i in range(repeat)]),
                            (f"{label}: first", [[r["first " + key] for r in ranks]])):  # fmt: skip
-            slowest = {k: [max(f[k] for f in run) for run in runs] for k in ("stall_s", "total_s", "step_s")}
-            rows.append([name, report.seconds(slowest["stall_s"]), report.seconds(slowest["total_s"]),
-                         report.ratio(report.spread(slowest["step_s"])[1], step_s)])  # fmt: skip
-            summary.setdefault(f"{key}_stall_s", report.spread(slowest["stall_s"])[0])
-    header = ["sharded save (slowest rank)", "stall s", "total s", "step/alone"]
-    print(f"\nsharded: {len(ranks)} ranks, {ranks[0]['bytes'] / 1e6:.0f} MB of tensors each, FSDP2 steps of "
-          f"{step_s:.3f} s alone; DCP's writer processes logged {sum(r['log_lines'] for r in ranks)} lines\n"
+            slowest = [{k: max(f[k] for f in run) for k in run[0]} for run in runs]
+            alone += [run["alone_s"] for run in slowest]
+            slower = report.spread([run["step_s"] / run["alone_s"] for run in slowest])[1]
+            stalls, lost = [run["stall_s"] for run in slowest], [lost_s(run) for run in slowest]
+            rows.append([name, report.seconds(stalls), report.seconds([run["total_s"] for run in slowest]),
+                         "-" if math.isnan(slower) else f"{slower:.2f}x", report.seconds(lost)])  # fmt: skip
+            summary.setdefault(f"{key}_stall_s", report.spread(stalls)[0])
+            summary.setdefault(f"{key}_lost_s", report.spread(lost)[1])
+    header = ["sharded save (slowest rank)", "stall s", "total s", "steps", "lost s"]
+    print(f"\nsharded: {len(ranks)} ranks, {ranks[0]['bytes'] / 1e6:.0f} MB of tensors each; FSDP2 steps while it "
+          f"is written against steps alone just before ({report.spread(alone)[1]:.3f} s), the training time each save "
+          f"cost (lost); DCP's writer processes logged {sum(r['log_lines'] for r in ranks)} lines\n"
           f"{report.table(header, rows)}")  # fmt: skip
     return summary
 

@@ -17,6 +17,8 @@ import torch.multiprocessing
 from checkpoint_bench import state
 from sagemaker_lightning.checkpoints.atomic import replacing
 
+ALONE_STEPS = 5  # training steps timed alone just before each background save: its baseline
+
 
 def write_file(tree, path: str) -> float:
     """`tree` saved to `path` as the runtime writes a checkpoint (a partial name, then a rename); its seconds."""
@@ -45,8 +47,9 @@ class ThreadWriter:
 
 
 def serve(requests, replies) -> None:
-    """The writer process: each (tree, path) request written (its tensors in shared memory, not copied), answered with
-    the write's seconds or the error's text; None ends it."""
+    """The writer process: says it is ready, then writes each (tree, path) request (its tensors in shared memory, not
+    copied), answered with the write's seconds or the error's text; None ends it."""
+    replies.put(0.0)
     while (request := requests.get()) is not None:
         try:
             replies.put(write_file(*request))
@@ -63,7 +66,10 @@ class ProcessWriter:
         context = torch.multiprocessing.get_context("spawn")
         self.requests, self.replies = context.Queue(), context.Queue()
         self.process = context.Process(target=serve, args=(self.requests, self.replies), daemon=True)
+        start = time.perf_counter()
         self.process.start()
+        self.replies.get(timeout=600)
+        self.start_s = time.perf_counter() - start  # paid once, at setup: spawn, then Python and torch imported
         self.write_s = math.nan
         self.pending = False
 
@@ -89,18 +95,20 @@ class ProcessWriter:
 
 def sync_save(tree, trainer, path: str) -> dict:
     stall = write_file(tree, path)
-    return {"stall_s": stall, "write_s": stall, "steps": 0, "step_s": math.nan}
+    return {"stall_s": stall, "write_s": stall, "steps": 0, "step_s": math.nan, "alone_s": math.nan}
 
 
 def background_save(tree, trainer, path: str, snapshot, writer) -> dict:
     """One save through `writer` from `snapshot` (state.Snapshot, or state.cloned), then training steps until the
-    file is written. The stall: the snapshot and the hand-over, what the training thread waits for."""
+    file is written. The stall: the snapshot and the hand-over, what the training thread waits for. The steps' time
+    alone is taken just before (this machine's load changes)."""
+    alone_s = trainer.mean_s(ALONE_STEPS)
     start = time.perf_counter()
     copy = snapshot(tree)
     writer.submit(copy, path)
     stall = time.perf_counter() - start
     steps, step_s = trainer.until(writer.done)
-    return {"stall_s": stall, "write_s": writer.write_s, "steps": steps, "step_s": step_s}
+    return {"stall_s": stall, "write_s": writer.write_s, "steps": steps, "step_s": step_s, "alone_s": alone_s}
 
 
 def lightning_async_save(tree, trainer, path: str) -> dict:
@@ -111,12 +119,13 @@ def lightning_async_save(tree, trainer, path: str) -> dict:
     io = AsyncCheckpointIO(TorchCheckpointIO())
     if os.path.exists(path):
         os.remove(path)
+    alone_s = trainer.mean_s(ALONE_STEPS)
     start = time.perf_counter()
     io.save_checkpoint(tree, path)
     stall = time.perf_counter() - start
     steps, step_s = trainer.until(lambda: os.path.exists(path))
     io.teardown()  # joins its thread, raises a write's error
-    return {"stall_s": stall, "write_s": math.nan, "steps": steps, "step_s": step_s}
+    return {"stall_s": stall, "write_s": math.nan, "steps": steps, "step_s": step_s, "alone_s": alone_s}
 
 
 def snapshot_times(tree, repeat: int) -> dict[str, list[float]]:
@@ -148,10 +157,10 @@ LABELS = {  # the ways, by their key in the figures
 }
 
 
-def saves(tree, trainer, folder: str, repeat: int) -> dict[str, list[dict]]:
-    """Each way of saving `tree` to a file in `folder` (keyed as LABELS), `repeat` times after a warm-up (the buffers'
-    first fill, the writer process's start), the training loop running after the save call returns until the file is
-    complete."""
+def saves(tree, trainer, folder: str, repeat: int, keys=tuple(LABELS)) -> tuple[dict[str, list[dict]], float]:
+    """Each way of saving `tree` to a file in `folder` (`keys` of LABELS), `repeat` times after a warm-up (the buffers'
+    first fill, the writer process's first request), the training loop running after the save call returns until the
+    file is complete; and the seconds the writer process took to start."""
     path = os.path.join(folder, "last.ckpt")
     private, shared = state.Snapshot(tree, pinned=True), state.Snapshot(tree, shared=True, pinned=True)
     thread, process = ThreadWriter(), None
@@ -163,7 +172,8 @@ def saves(tree, trainer, folder: str, repeat: int) -> dict[str, list[dict]]:
     }
     results = {}
     try:
-        for key, save in ways.items():
+        for key in keys:
+            save = ways[key]
             if key == "process":  # started here: its start would load the CPU while the other ways are timed
                 process = ProcessWriter()
             save()
@@ -171,7 +181,7 @@ def saves(tree, trainer, folder: str, repeat: int) -> dict[str, list[dict]]:
     finally:
         if process:
             process.close()
-    return results
+    return results, process.start_s if process else math.nan
 
 
 def second_copy(tree, folder: str, repeat: int) -> dict[str, list[float]]:

@@ -27,6 +27,7 @@ LABELS = {  # the ways, by their key in the figures
     "dcp_thread": "dcp.async_save, writer thread",
     "dcp_process": "dcp.async_save, writer process",
 }
+ALONE_STEPS = 3  # training steps timed alone just before each background save: its baseline
 CPU_RANKS = 2  # on a CPU: 2 processes on gloo; on GPUs one process a GPU (gloo for the CPU, NCCL for the GPUs)
 
 
@@ -88,10 +89,9 @@ def rank_main(rank: int, port: int, params: float, device: str, folder: str, rep
     dist.init_process_group("cpu:gloo,cuda:nccl" if cuda else "gloo", rank=rank, world_size=ranks(device))
     step, tree = sharded(params, device)
     side = dist.new_group(backend="gloo")  # the async saves' collectives, apart from the training steps'
-    step_alone = min(timed(step) for _ in range(3))
     saves = iter(range(10**6))
     local = [t.to_local() if hasattr(t, "to_local") else t for t in state.tensors(tree)]  # DTensors: this rank's shard
-    results = {"rank": rank, "step_s": step_alone, "bytes": state.nbytes(local)}
+    results = {"rank": rank, "bytes": state.nbytes(local)}
 
     def target() -> str:
         return os.path.join(folder, f"save-{next(saves)}")
@@ -100,9 +100,10 @@ def rank_main(rank: int, port: int, params: float, device: str, folder: str, rep
         start = time.perf_counter()
         dcp.save(tree, checkpoint_id=target())
         took = time.perf_counter() - start
-        return {"stall_s": took, "total_s": took, "steps": 0, "step_s": math.nan}
+        return {"stall_s": took, "total_s": took, "steps": 0, "step_s": math.nan, "alone_s": math.nan}
 
     def background(kind, stager):
+        alone_s = sum(timed(step) for _ in range(ALONE_STEPS)) / ALONE_STEPS  # this moment's baseline
         dist.barrier()
         start = time.perf_counter()
         future = dcp.async_save(
@@ -116,7 +117,8 @@ def rank_main(rank: int, port: int, params: float, device: str, folder: str, rep
         stall = time.perf_counter() - start
         steps, step_s = until(step, future)
         future.result()
-        return {"stall_s": stall, "total_s": time.perf_counter() - start, "steps": steps, "step_s": step_s}
+        took = time.perf_counter() - start
+        return {"stall_s": stall, "total_s": took, "steps": steps, "step_s": step_s, "alone_s": alone_s}
 
     thread_stager = DefaultStager(StagingOptions(cuda, False, False, False))
     process_stager = DefaultStager(StagingOptions(cuda, True, False, False))
@@ -147,8 +149,8 @@ def ranks(device: str) -> int:
 
 
 def saves(params: float, device: str, folder: str, repeat: int) -> list[dict]:
-    """Each rank's figures: {"rank", "step_s", "bytes", "log_lines", key: [run, ...], "first " + key: run}, a run being
-    {"stall_s", "total_s", "steps", "step_s"}, the keys LABELS'."""
+    """Each rank's figures: {"rank", "bytes", "log_lines", key: [run, ...], "first " + key: run}, a run being
+    {"stall_s", "total_s", "steps", "step_s", "alone_s"}, the keys LABELS'."""
     n = ranks(device)
     torch.multiprocessing.spawn(rank_main, args=(free_port(), params, device, folder, repeat), nprocs=n)
     figures = []

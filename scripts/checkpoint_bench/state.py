@@ -15,8 +15,6 @@ import time
 import torch
 
 WIDTH = 2048  # the layers' width: 4.2M parameters a layer, so the default 25M is 6 layers
-TRAIN_WIDTH = 512  # the training-like loop's model: a few ms a step on a CPU core, time enough for a write to overlap
-TRAIN_BATCH = 64
 
 
 def layout(params: float) -> tuple[int, int]:
@@ -118,13 +116,18 @@ def cloned(tree):
 
 
 class Trainer:
-    """A training-like loop: a small MLP's forward, backward and SGD step on the same threads as the save under test,
-    so that a writer's contention (the GIL, the cores) shows in the steps' time."""
+    """A training-like loop on the same threads as the save under test, so that a writer's contention shows in its
+    steps' time. "compute": a small MLP whose steps keep the cores busy in torch's kernels (a CPU's training);
+    "launch": a deep stack of tiny layers whose steps are Python and dispatch, each op taking the GIL back (a GPU's
+    training, whose host thread launches kernels)."""
 
-    def __init__(self, device: str = "cpu"):
-        self.net = torch.nn.Sequential(*(torch.nn.Linear(TRAIN_WIDTH, TRAIN_WIDTH) for _ in range(4))).to(device)
+    SHAPES = {"compute": (512, 4, 64), "launch": (16, 100, 4)}  # (width, layers, batch)
+
+    def __init__(self, device: str = "cpu", kind: str = "compute"):
+        width, layers, batch = self.SHAPES[kind]
+        self.net = torch.nn.Sequential(*(torch.nn.Linear(width, width) for _ in range(layers))).to(device)
         self.optimizer = torch.optim.SGD(self.net.parameters(), lr=1e-3)
-        self.x = torch.randn(TRAIN_BATCH, TRAIN_WIDTH, device=device)
+        self.x = torch.randn(batch, width, device=device)
         self.cuda = device != "cpu"
 
     def step(self) -> None:
@@ -135,16 +138,12 @@ class Trainer:
         if self.cuda:
             torch.cuda.synchronize()
 
-    def step_s(self, steps: int) -> float:
-        """Seconds a step, the fastest of a few runs of `steps` steps, nothing else running."""
-        self.step()
-        best = math.inf
-        for _ in range(3):
-            start = time.perf_counter()
-            for _ in range(steps):
-                self.step()
-            best = min(best, (time.perf_counter() - start) / steps)
-        return best
+    def mean_s(self, steps: int) -> float:
+        """Seconds a step, the mean of `steps` steps with nothing else running here."""
+        start = time.perf_counter()
+        for _ in range(steps):
+            self.step()
+        return (time.perf_counter() - start) / steps
 
     def until(self, done) -> tuple[int, float]:
         """Steps until done() (at least one), and their mean seconds: the training a background write overlaps."""

@@ -63,8 +63,13 @@ def test_a_background_save_writes_the_state_as_it_was_asked_for(tmp_path, snapsh
     """The snapshot is a copy: a training step that changes the weights after the save returns does not reach the
     file, however late the writer writes."""
     tree = state.checkpoint(state.model(2e4))
-    before = {k: v.clone() for k, v in tree["state_dict"].items()}
-    take = state.Snapshot(tree).take if snapshot == "reused buffers" else state.cloned
+    snapshot_of = state.Snapshot(tree).take if snapshot == "reused buffers" else state.cloned
+    asked = {}
+
+    def take(tree):  # the state when the save is asked for, recorded beside the snapshot under test
+        asked.update({k: v.clone() for k, v in tree["state_dict"].items()})
+        return snapshot_of(tree)
+
     trainer = state.Trainer()
     original_step = trainer.step
 
@@ -79,8 +84,8 @@ def test_a_background_save_writes_the_state_as_it_was_asked_for(tmp_path, snapsh
     figures = local.background_save(tree, trainer, path, take, AfterAStep())
     assert figures["steps"] == 1 and figures["stall_s"] >= 0 and figures["write_s"] > 0
     saved = torch.load(path, weights_only=True)
-    assert all(torch.equal(saved["state_dict"][k], before[k]) for k in before)
-    assert not any(torch.equal(tree["state_dict"][k], before[k]) for k in before)  # the step did change them
+    assert all(torch.equal(saved["state_dict"][k], asked[k]) for k in asked)
+    assert not any(torch.equal(tree["state_dict"][k], asked[k]) for k in asked)  # the step did change them
     assert not list(tmp_path.glob(".*partial"))  # renamed when complete
 
 
