@@ -3,11 +3,13 @@ and Adam's moments, about 25M parameters: last.ckpt about 300 MB by default),
   snapshot  the copy of the state to host memory a background save must block for (fresh, or into reused buffers)
   local     a whole-file save: synchronous (today), Lightning's AsyncCheckpointIO, a snapshot written by a thread, by
             a process; the training thread's stall, the write's time, training steps' time while it is written
-  s3        whole-file writes and reads on a moto server here, each way against boto3's raw transfer of the same bytes
+  s3        whole-file writes and reads on a moto server here (or a real bucket: --s3-url), each way against
+            boto3's raw transfer of the same bytes
   sharded   fsdp's sharded save through DCP on 2 gloo ranks: dcp.save against dcp.async_save (thread, process)
   copies    the same state under a second name: written again, or a hard link; uploaded again, or a server-side copy
-Each figure is the fastest/median of --repeat runs after one warm-up; the last line is machine-readable. The
-checkpoint_bench/ modules measure, one concern each.
+Each figure is the fastest/median of --repeat runs, after one warm-up but for S3's transfers; the last line is
+machine-readable. The checkpoint_bench/ modules measure, one concern each. A full run took 9 minutes on a shared
+2-core machine, 4.5 of them in S3's section (moto serves on the same cores); --only picks sections.
 
     .venv/bin/python scripts/bench_checkpoint.py                       # the issue's case, all sections
     .venv/bin/python scripts/bench_checkpoint.py --quick               # a tiny state, one run: seconds
@@ -60,6 +62,7 @@ def options(argv=None) -> argparse.Namespace:
     parser.add_argument("--only", nargs="+", choices=SECTIONS, default=list(SECTIONS), help="sections to run")
     parser.add_argument("--device", choices=("cpu", "cuda"), help="where the state lives (default: cuda if present)")
     parser.add_argument("--folder", default=tempfile.gettempdir(), help="where local saves are written")
+    parser.add_argument("--s3-url", help="s3://bucket/prefix/ to measure on AWS instead of a moto server here")
     parser.add_argument("--quick", action="store_true", help=f"a smoke run: {QUICK_PARAMS:.0e} parameters, one run")
     args = parser.parse_args(argv)
     if args.quick:
@@ -68,6 +71,10 @@ def options(argv=None) -> argparse.Namespace:
         raise SystemExit("error: --params and --repeat must be at least 1")
     if not os.path.isdir(args.folder):
         raise SystemExit(f"error: --folder {args.folder} is not a folder: give an existing one")
+    if args.s3_url:
+        from checkpoint_bench import s3
+
+        s3.parse(args.s3_url)
     return args
 
 
@@ -115,28 +122,29 @@ def local_section(tree, device: str, work: str, args, snapshot_s: float) -> dict
     return summary
 
 
-def s3_section(tree, file: str, endpoint: str, repeat: int) -> dict[str, float]:
+def s3_section(tree, file: str, where, repeat: int) -> dict[str, float]:
     """Writes then reads, each against its raw transfer (the first way: median to median)."""
     from checkpoint_bench import s3
 
     size, summary = os.path.getsize(file), {}
-    for kind, ways in (("writes", s3.writes(tree, file, endpoint)), ("reads", s3.reads(file, endpoint))):
+    on = "moto here" if where.endpoint else where.url("")
+    for kind, ways in (("writes", s3.writes(tree, file, where)), ("reads", s3.reads(file, where))):
         times = s3.timings(ways, repeat)
         raw = report.spread(next(iter(times.values())))[1]
         rows = [[name, report.seconds(runs), f"{report.rate(size, report.spread(runs)[1]):.0f}",
                  report.ratio(raw, report.spread(runs)[1])] for name, runs in times.items()]  # fmt: skip
-        header = [f"S3 {kind} (moto here)", "s", "MB/s", "x raw"]
+        header = [f"S3 {kind} ({on})", "s", "MB/s", "x raw"]
         print(f"\ns3 {kind}: {size / 1e6:.0f} MB\n{report.table(header, rows)}")
         summary[f"s3_{kind}_best_x_raw"] = max(raw / report.spread(t)[1] for t in list(times.values())[1:])
-    print(f"moto: one 1 KiB ranged GET of this object takes {s3.ranged_get_s():.3f} s (moto reads the whole object "
-          "per ranged request): readers by ranges pay it per part here, S3 does not")  # fmt: skip
+    print(f"{on}: one 1 KiB ranged GET of this object takes {s3.ranged_get_s(where):.3f} s; readers by ranges pay it "
+          "per part (moto reads the whole object for each ranged request, S3 does not)")  # fmt: skip
     return summary
 
 
-def copies_section(tree, work: str, repeat: int) -> None:
+def copies_section(tree, work: str, where, repeat: int) -> None:
     from checkpoint_bench import local, s3
 
-    copies = {**local.second_copy(tree, work, repeat), **s3.second_copy(s3.serialised(tree), repeat)}
+    copies = {**local.second_copy(tree, work, repeat), **s3.second_copy(s3.serialised(tree), where, repeat)}
     rows = [[k, report.seconds(v)] for k, v in copies.items()]
     print(f"\ncopies: the same state under a second name\n{report.table(['way', 's'], rows)}")
 
@@ -195,11 +203,11 @@ def run(args) -> dict[str, float]:
         if "local" in args.only:
             summary |= local_section(tree, device, work, args, summary["snapshot_s"])
         if {"s3", "copies"} & set(args.only):
-            with s3.moto_server() as endpoint:
+            with s3.bucket(args.s3_url) if args.s3_url else s3.moto_server() as where:
                 if "s3" in args.only:
-                    summary |= s3_section(tree, file, endpoint, args.repeat)
+                    summary |= s3_section(tree, file, where, args.repeat)
                 if "copies" in args.only:
-                    copies_section(tree, work, args.repeat)
+                    copies_section(tree, work, where, args.repeat)
         if "sharded" in args.only:
             del tree  # the ranks build their own
             summary |= sharded_section(args.params, device, work, args.repeat)

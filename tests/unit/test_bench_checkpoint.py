@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import bench_checkpoint
-from checkpoint_bench import local, report, state
+from checkpoint_bench import local, report, s3, state
 
 pytestmark = pytest.mark.unit
 
@@ -44,6 +44,13 @@ def test_tables_align_their_columns_and_the_summary_parses():
     ]
     line = report.summary({"sync_stall_s": 0.5124, "thread_stall_s": math.nan})
     assert line == "bench-checkpoint: sync_stall_s=0.512 thread_stall_s=nan"
+
+
+def test_an_s3_url_names_a_bucket_and_a_prefix():
+    assert s3.parse("s3://my-bucket/bench/runs/").url("last.ckpt") == "s3://my-bucket/bench/runs/last.ckpt"
+    assert s3.parse("s3://my-bucket").url("last.ckpt") == "s3://my-bucket/last.ckpt"
+    assert s3.parse("s3://my-bucket/bench").key("raw.ckpt") == "bench/raw.ckpt"
+    assert s3.parse("s3://my-bucket/").endpoint is None  # AWS's own endpoint
 
 
 class AfterAStep:
@@ -107,7 +114,9 @@ def test_quick_snapshot_run_prints_hardware_versions_a_table_and_the_summary(cap
     assert re.match(r"^bench-checkpoint: snapshot_s=\d+\.\d{3}$", out[-1])
 
 
-@pytest.mark.parametrize("words", [["--params", "0"], ["--repeat", "0"], ["--folder", "/no/such/folder"]])
+@pytest.mark.parametrize(
+    "words", [["--params", "0"], ["--repeat", "0"], ["--folder", "/no/such/folder"], ["--s3-url", "bucket/prefix"]]
+)
 def test_bad_options_end_in_one_error_line(words):
     with pytest.raises(SystemExit) as ended:
         bench_checkpoint.options(words)
