@@ -25,7 +25,7 @@ PYTHON := .venv/bin/python
 # the earlier constant rate; train.py on 2 CPU processes, 17 s), about a minute in local mode on 2 CPU cores
 DEMO_ARGS := trainer.max_epochs=1 trainer.accelerator=cpu data.batch_size=16 optimizer.lr=0.02
 
-.PHONY: help install lint format test test-unit lightning-cli-suite bench bench-overhead bench-memory bench-startup bench-streaming build push push-check debian-base demo local image clean
+.PHONY: help install lint format test test-unit lightning-cli-suite bench bench-overhead bench-memory bench-startup bench-streaming bench-checkpoint build push push-check debian-base demo local image clean
 
 help:  ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -73,6 +73,9 @@ bench-memory: install  ## Parameter + gradient + optimizer-state MiB per process
 
 bench-streaming: install  ## File against litdata streaming from S3 (moto here): first step, images/s with the model and a no-op one, peak disk (BENCH_ARGS="--images 50000")
 	$(PYTHON) scripts/bench_streaming.py $(BENCH_ARGS)
+
+bench-checkpoint: install  ## A save's stall against its snapshot, local and to S3 (moto here), whole-file and DCP-sharded; S3 rates against raw boto3 (BENCH_ARGS="--only s3 --params 1e9 --quick")
+	$(PYTHON) scripts/bench_checkpoint.py $(BENCH_ARGS)
 
 bench-startup: install  ## Seconds from docker run to the first optimizer step in $(IMAGE):$(TAG), as SageMaker starts it, phase by phase
 	$(PYTHON) scripts/startup.py --image $(IMAGE):$(TAG)
