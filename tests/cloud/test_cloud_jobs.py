@@ -90,6 +90,7 @@ def test_dry_run_prints_the_whole_request_and_sends_nothing(sdk, tmp_path):
         "validation:loss": r"val/loss=([0-9.]+)",
         "validation:accuracy": r"val/acc=([0-9.]+)",
         "hosts:slowest_ratio": r"hosts: slowest \S+ ([0-9.]+)x",  # the watchdog's stragglers (stragglers.py)
+        "job:goodput_percent": r"goodput ([0-9.]+) %: training",  # the job's last line (goodput.py)
     }
     assert request["RoleArn"] == ROLE
     assert (

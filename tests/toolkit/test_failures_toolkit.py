@@ -30,7 +30,7 @@ CASES = {  # case: (hosts, current host, hyperparameters, channels, environment,
         {},
         "archive",
         {},
-        "SM_CURRENT_HOST='algo-9' is not in SM_HOSTS",
+        "current_host='algo-9' is not in resourceconfig.json's hosts",  # PID 1's check, before the toolkit's
     ),
     "unresolvable first host": (
         ["no-such-host.invalid", "localhost"],
