@@ -185,7 +185,8 @@ def tracked(url: str, experiment: str, job: str | None, dirpath: str, step: int 
     from sagemaker_lightning.tracking.tracker import Tracker
 
     tracker = Tracker(url, experiment, job, {}, "localhost", None, False, False, lambda: "seed: 1")
-    trainer = SimpleNamespace(is_global_zero=True, checkpoint_callback=SimpleNamespace(dirpath=dirpath))
+    checkpoint = SimpleNamespace(dirpath=dirpath)
+    trainer = SimpleNamespace(is_global_zero=True, global_step=step, checkpoint_callback=checkpoint)
     tracker.on_fit_start(trainer, None)
     assert tracker.run.is_open.wait(30)
     run_id = tracker.run.run_id
