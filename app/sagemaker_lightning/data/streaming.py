@@ -186,8 +186,8 @@ def reshaped(loader, state: dict) -> None:
         )
     ):
         return
-    was = {"batch size": saved["batch_size"], "world size": saved.get("world_size"), "workers": saved["num_workers"]}
-    was["workers"] = max(1, int(was["workers"] or 1))
+    workers = max(1, int(saved["num_workers"] or 1))  # litdata counts 0 workers as 1, as `now` does
+    was = {"batch size": saved["batch_size"], "world size": saved.get("world_size"), "workers": workers}
     epoch = state["current_epoch"] - 1  # litdata counts from 1, Lightning from 0
     at, line = continued(epoch, was, now, sample_in_epoch_from_state(saved), ordered=())
     loader.resumed = (epoch, at // (now["batch size"] * now["world size"]))
