@@ -90,7 +90,7 @@ def local_section(tree, device: str, work: str, args, snapshot_s: float) -> dict
 
     compute, launch = state.Trainer(device, "compute"), state.Trainer(device, "launch")
     results, start_s = local.saves(tree, compute, work, args.repeat)
-    launched, _ = local.saves(tree, launch, work, args.repeat, keys=("lightning_async", "thread", "process"))
+    launched, _ = local.saves(tree, launch, work, args.repeat, keys=("runtime", "lightning_async", "thread", "process"))
     rows, summary, alone = [], {}, {}
     for key, runs in results.items():
         stalls = [r["stall_s"] for r in runs]
@@ -119,6 +119,8 @@ def local_section(tree, device: str, work: str, args, snapshot_s: float) -> dict
           f"save cost (lost): compute-bound steps ({compute_ms:.1f} ms alone: a CPU's training), launch-bound ones "
           f"({launch_ms:.1f} ms of tiny ops: a GPU's host thread); the writer process took {start_s:.1f} s to start "
           f"(once, untimed)\n{report.table(header, rows)}")  # fmt: skip
+    stall = report.spread([r["stall_s"] for r in results["runtime"]])[1] if "runtime" in results else math.nan
+    print(report.verdict("the runtime's local save stalls (median)", stall / snapshot_s, "x the snapshot", at_most=3))
     return summary
 
 
@@ -136,6 +138,8 @@ def s3_section(tree, file: str, where, repeat: int) -> dict[str, float]:
         header = [f"S3 {kind} ({on})", "s", "MB/s", "x raw"]
         print(f"\ns3 {kind}: {size / 1e6:.0f} MB\n{report.table(header, rows)}")
         summary[f"s3_{kind}_best_x_raw"] = max(raw / report.spread(t)[1] for t in list(times.values())[1:])
+        runtime = raw / report.spread(times[s3.RUNTIME])[1]
+        print(report.verdict(f"the runtime's S3 {kind[:-1]}", runtime, "x raw", at_least=0.8))
     print(f"{on}: one 1 KiB ranged GET of this object takes {s3.ranged_get_s(where):.3f} s; readers by ranges pay it "
           "per part (moto reads the whole object for each ranged request, S3 does not)")  # fmt: skip
     return summary

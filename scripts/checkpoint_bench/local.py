@@ -1,6 +1,6 @@
-"""Whole-file saves to a local folder, and what each costs the training thread: the runtime's synchronous save
-(torch.save to a hidden partial name, then os.replace: checkpoints/atomic.py), Lightning's AsyncCheckpointIO, and a
-snapshot written by a thread or by a process, with a training-like loop running while the file is written.
+"""Whole-file saves to a local folder, and what each costs the training thread: a synchronous save (torch.save to a
+hidden partial name, then os.replace: the runtime's before issue 49), the runtime's own (checkpoints/writer.py),
+Lightning's AsyncCheckpointIO, and a snapshot written by a thread or by a process, with a training-like loop running while the file is written.
 
     python scripts/bench_checkpoint.py --only local
 """
@@ -11,11 +11,14 @@ import queue
 import threading
 import time
 
+import lightning.pytorch
 import torch
 import torch.multiprocessing
 
 from checkpoint_bench import state
 from sagemaker_lightning.checkpoints.atomic import replacing
+from sagemaker_lightning.checkpoints.io import AtomicCheckpointIO
+from sagemaker_lightning.cli.lightning_package import made
 
 ALONE_STEPS = 5  # training steps timed alone just before each background save: its baseline
 
@@ -111,6 +114,21 @@ def background_save(tree, trainer, path: str, snapshot, writer) -> dict:
     return {"stall_s": stall, "write_s": writer.write_s, "steps": steps, "step_s": step_s, "alone_s": alone_s}
 
 
+def runtime_save(tree, trainer, path: str, io) -> dict:
+    """One save through the runtime's own CheckpointIO (checkpoints/writer.py), training steps until its file is
+    complete. The state's step moves on each time: the runtime writes a state it wrote last only once."""
+    tree["global_step"] += 1
+    if os.path.exists(path):
+        os.remove(path)
+    alone_s = trainer.mean_s(ALONE_STEPS)
+    start = time.perf_counter()
+    io.save_checkpoint(tree, path)
+    stall = time.perf_counter() - start
+    steps, step_s = trainer.until(lambda: os.path.exists(path))
+    io.wait()  # raises a write's error
+    return {"stall_s": stall, "write_s": io.writer.write_s, "steps": steps, "step_s": step_s, "alone_s": alone_s}
+
+
 def lightning_async_save(tree, trainer, path: str) -> dict:
     """Lightning's AsyncCheckpointIO over its TorchCheckpointIO: clones the tensors on the caller's thread, writes from
     a one-thread pool; the file appears whole when written (a transaction's rename), which ends the training steps."""
@@ -150,7 +168,8 @@ def snapshot_times(tree, repeat: int) -> dict[str, list[float]]:
 
 
 LABELS = {  # the ways, by their key in the figures
-    "sync": "sync: torch.save, partial, rename (today)",
+    "sync": "sync: torch.save, partial, rename (before)",
+    "runtime": "the runtime's save (checkpoints/writer.py)",
     "lightning_async": "Lightning AsyncCheckpointIO (clone+thread)",
     "thread": "snapshot (reused) + writer thread",
     "process": "snapshot (reused, shared) + writer process",
@@ -164,8 +183,10 @@ def saves(tree, trainer, folder: str, repeat: int, keys=tuple(LABELS)) -> tuple[
     path = os.path.join(folder, "last.ckpt")
     private, shared = state.Snapshot(tree, pinned=True), state.Snapshot(tree, shared=True, pinned=True)
     thread, process = ThreadWriter(), None
+    runtime = made(AtomicCheckpointIO, lightning.pytorch)()
     ways = {
         "sync": lambda: sync_save(tree, trainer, path),
+        "runtime": lambda: runtime_save(tree, trainer, path, runtime),
         "lightning_async": lambda: lightning_async_save(tree, trainer, path),
         "thread": lambda: background_save(tree, trainer, path, private.take, thread),
         "process": lambda: background_save(tree, trainer, path, shared.take, process),

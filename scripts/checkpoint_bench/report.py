@@ -48,3 +48,12 @@ def table(header: list[str], rows: list[list[str]]) -> str:
 def summary(figures: dict[str, float]) -> str:
     """The last line, machine-readable: `bench-checkpoint: key=value ...`, 3 significant decimals, NaN as nan."""
     return "bench-checkpoint: " + " ".join(f"{key}={value:.3f}" for key, value in figures.items())
+
+
+def verdict(name: str, value: float, unit: str, at_most: float | None = None, at_least: float | None = None) -> str:
+    """A target's line: `target: NAME VALUE UNIT (at most/least BOUND): PASS` or FAIL (or `-`: not measured)."""
+    bound = f"at most {at_most:g}" if at_most is not None else f"at least {at_least:g}"
+    if math.isnan(value):
+        return f"target: {name} - ({bound}): not measured"
+    held = value <= at_most if at_most is not None else value >= at_least
+    return f"target: {name} {value:.2f}{unit} ({bound}): {'PASS' if held else 'FAIL'}"

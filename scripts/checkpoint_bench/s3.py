@@ -22,6 +22,11 @@ import urllib.request
 
 import torch
 
+from sagemaker_lightning.checkpoints import writer
+from sagemaker_lightning.checkpoints.io import read
+
+RUNTIME = "the runtime's (checkpoints/writer.py, io.py)"  # the way the runtime writes and reads, by its label
+
 MOTO_BUCKET = "bench-checkpoint"
 PART = 8 * 2**20  # the parts of the tuned s3fs and s3torchconnector ways: boto3's default, so 10 parts run at once
 REGION = "us-east-1"  # moto's
@@ -153,6 +158,7 @@ def writes(tree, local: str, where: Where) -> dict:
         "s3fs open('wb') + torch.save stream": stream,
         "s3fs pipe, 8 MiB parts x10": lambda: fs.pipe(url, serialised(tree), chunksize=PART),
         "s3fs put_file, 8 MiB parts x10 (the file)": lambda: fs.put_file(local, url, chunksize=PART),
+        RUNTIME: lambda: writer.persist(tree, where.url("runtime.ckpt")),
         "boto3 upload_fileobj (BytesIO)": lambda: s3.upload_fileobj(
             io.BytesIO(serialised(tree)), where.bucket, where.key("fileobj.ckpt")
         ),
@@ -192,6 +198,7 @@ def reads(local: str, where: Where) -> dict:
         "Lightning 2.6.6 TorchCheckpointIO (open rb)": lambda: TorchCheckpointIO().load_checkpoint(
             url, weights_only=True
         ),
+        RUNTIME: lambda: read(url),
         "s3fs cat_file, 8 MiB ranges x10": lambda: load(fs.cat_file(url, chunksize=PART)),
         "s3fs get_file, 8 MiB ranges x10 + mmap load": get_file,
         "boto3 download_fileobj (BytesIO)": download,

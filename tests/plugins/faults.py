@@ -12,6 +12,7 @@ import time
 import proctree
 import torch
 
+from sagemaker_lightning.checkpoints import writer
 from sagemaker_lightning.cli.lightning_package import package
 
 pl = package()
@@ -19,14 +20,19 @@ pl = package()
 
 class KillRank(pl.Callback):
     """SIGKILL one rank, as the kernel's out-of-memory killer does to a process (and a lost spot instance to every
-    process of its host): at the start of one step, or inside a write at that step, just before the file `at`
-    (last.ckpt, model.pt) is renamed into place, its content complete under its temporary name."""
+    process of its host): at the start of one step, or inside a write at that step of the file `at` (last.ckpt,
+    model.pt; checkpoints are written by the runtime's writer thread): halfway through writing its temporary file,
+    just before its rename into place (its content complete under its temporary name), or at the start of its
+    upload to S3 (the previous object already copied)."""
 
-    def __init__(self, rank: int = 1, step: int = 2, at: str | None = None, attempt: int | None = None):
+    def __init__(
+        self, rank: int = 1, step: int = 2, at: str | None = None, attempt: int | None = None, during: str = "rename"
+    ):
         """rank: the global rank to kill (in a one-process job, the only one); step: the global step; at: the file
-        whose rename it precedes, or None for the start of the step; attempt: under torchrun, only in that attempt
-        (TORCHELASTIC_RESTART_COUNT), so that the restarted ranks pass the step."""
-        self.rank, self.step, self.at, self.attempt = rank, step, at, attempt
+        whose write it cuts, or None for the start of the step; attempt: under torchrun, only in that attempt
+        (TORCHELASTIC_RESTART_COUNT), so that the restarted ranks pass the step; during: "write", "rename" or
+        "upload"."""
+        self.rank, self.step, self.at, self.attempt, self.during = rank, step, at, attempt, during
 
     def _here(self, trainer) -> bool:
         rank = 0 if trainer.world_size == 1 else self.rank
@@ -36,14 +42,25 @@ class KillRank(pl.Callback):
     def setup(self, trainer, pl_module, stage):
         if self.at is None:
             return
-        replace = os.replace  # the runtime renames every file it writes with os.replace
+        replace, save, upload = os.replace, torch.save, writer.upload  # what the runtime's writes go through
 
         def replace_unless_here(source, target, *args, **kwargs):
-            if os.path.basename(target) == self.at and self._here(trainer):
+            if self.during == "rename" and os.path.basename(target) == self.at and self._here(trainer):
                 os.kill(os.getpid(), signal.SIGKILL)
             return replace(source, target, *args, **kwargs)
 
-        os.replace = replace_unless_here
+        def save_half(obj, f, *args, **kwargs):
+            save(obj, f, *args, **kwargs)
+            if self.during == "write" and os.path.basename(str(f)) == f".{self.at}.partial" and self._here(trainer):
+                os.truncate(f, os.path.getsize(f) // 2)
+                os.kill(os.getpid(), signal.SIGKILL)
+
+        def upload_unless_here(data, url):
+            if self.during == "upload" and url.rsplit("/", 1)[-1] == self.at and self._here(trainer):
+                os.kill(os.getpid(), signal.SIGKILL)
+            return upload(data, url)
+
+        os.replace, torch.save, writer.upload = replace_unless_here, save_half, upload_unless_here
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
         if self.at is None and self._here(trainer):

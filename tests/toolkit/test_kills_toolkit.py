@@ -38,6 +38,7 @@ def top_k(folder: str) -> list[str]:
 KILLS = [
     (None, {"rank": 1, "step": 2}),  # epoch 0's last batch, before any last.ckpt
     (None, {"rank": 0, "step": 3}),  # epoch 1's first batch, after epoch 0's last.ckpt
+    ("epoch 0 step 3", {"rank": 0, "step": 6, "at": "last.ckpt", "during": "write"}),  # last.ckpt's write, halfway
     ("epoch 0 step 3", {"rank": 0, "step": 6, "at": "last.ckpt"}),  # inside the write of last.ckpt, before its rename
     ("epoch 0 step 3", {"rank": 0, "step": 6, "at": "model.pt"}),  # between the export's renames
 ]
@@ -52,7 +53,7 @@ def test_real_sigkills_at_an_epochs_edges_and_inside_the_writes(
     run_hosts, archive_dir, tiny, tmp_path, hosts, pipeline
 ):
     """SIGKILL of a real training process (on two hosts, of one rank: the other fails) at an epoch's last and first
-    batch, inside last.ckpt's write before its rename, and between the export's two renames. Each rerun resumes from
+    batch, inside last.ckpt's background write halfway and before its rename, and between the export's two renames. Each rerun resumes from
     the newest complete save (a write cut short leaves the one before it, and its hidden partial file, which a later
     save replaces); the export cut short leaves config.yaml but no model.pt; the last rerun ends at the uninterrupted
     run's step with the same weights, its model.pt holds the uninterrupted run's, tensor for tensor, from the same
@@ -94,7 +95,8 @@ def test_real_sigkills_at_an_epochs_edges_and_inside_the_writes(
 def test_two_hosts_resume_exactly_after_sigterm_and_sigkill(run_hosts, archive_dir, tiny, tmp_path, aws):
     """Two hosts, the uninterrupted run's checkpoints in S3 (moto): both succeed, model.pt holding the best
     checkpoint's weights, read from there (the export used to open the URL as a local file and fail, the other rank
-    waiting out dist_timeout). SIGTERM to the second host's entrypoint at the first batch of epoch 0's validation, the
+    waiting out dist_timeout). SIGKILL in the background upload of last.ckpt to S3: the rerun resumes from the save
+    before, to the same weights. SIGTERM to the second host's entrypoint at the first batch of epoch 0's validation, the
     first host's not yet (as SageMaker signals each host on its own; its first batch ends after the second host decided
     the stop), the validation's later batches each longer than the grace period, shortened to 20 s, after which the
     host is SIGKILLed as SageMaker does: both stop after that batch, with step 3's last.ckpt, and exit 143 within
@@ -119,6 +121,17 @@ def test_two_hosts_resume_exactly_after_sigterm_and_sigkill(run_hosts, archive_d
     assert exported.keys() == written.keys() and all(torch.equal(exported[k], written[k]) for k in written)
     expected = final(uninterrupted[0].output)
     assert expected[1] == 6
+
+    # SIGKILL at the start of step 6's last.ckpt upload (in the writer thread): the rerun resumes from step 3's save
+    killed_s3 = {**hps, "checkpoint.dirpath": "s3://checkpoints/killed"}
+    kill = {"trainer.callbacks+": "faults.KillRank", "trainer.callbacks.rank": 0, "trainer.callbacks.step": 6}
+    kill |= {"trainer.callbacks.at": "last.ckpt", "trainer.callbacks.during": "upload"}
+    killed = run_hosts(hosts, {**killed_s3, **kill}, data, env={"PYTHONPATH": PLUGINS})
+    assert killed[0].returncode != 0 and resumed(killed[0].output) is None, killed[0].output[-3000:]
+    assert {"killed/last.ckpt", "killed/last-previous.ckpt"} <= {p.split("/", 1)[1] for p in s3.find("checkpoints")}
+    rerun = run_hosts(hosts, killed_s3, data)
+    assert [h.returncode for h in rerun] == [0, 0], rerun[0].output[-3000:]
+    assert resumed(rerun[0].output) == "epoch 0 step 3" and final(rerun[0].output) == expected
 
     hps = {**hps, "checkpoint.dirpath": str(tmp_path / "checkpoints-1")}  # both hosts', as S3 syncs it
     stop = {"trainer.callbacks+": "faults.StopJob", "trainer.callbacks.step": 3, "trainer.callbacks.validation": True}

@@ -4,6 +4,7 @@ concern.py        the checkpoints' part of the trainer: resume point, callbacks,
 atomic.py         the atomic write (a partial name, then a rename) and keeping the previous save
 location.py       a location (a URL or a local path), what is inside it, no link on the way to a save's paths
 io.py             reading (weights only, transient failures retried) and writing (AtomicCheckpointIO)
+writer.py         whole-file saves in the background: a snapshot, one writer thread, S3 in parts, each state once
 last.py           last.ckpt every N steps, at each epoch's end and on a stop (LastCheckpoint)
 resume.py         which checkpoint a job resumes from, chosen on global rank 0 (ResumePoint)
 sharded_saves.py  fsdp's sharded saves: layout, completeness, save and load, nothing in them run

@@ -42,14 +42,13 @@ def concern(ctx: Context) -> Part:
     unprotected = None if not plan.in_job or signals.forwarded() else signals.why_unreached()
     every, grace = config["last_checkpoint_every_n_steps"], restarts.grace_s(config["stop_grace_s"], plan.on_sagemaker)
     grace = grace if plan.in_job else None
-    last = made(LastCheckpoint, pl)(
-        every, ctx.model_checkpoint, unprotected, point, grace, ctx.goodput and ctx.goodput.ledger
-    )
+    ledger = ctx.goodput and ctx.goodput.ledger
+    io = made(AtomicCheckpointIO, pl)(point, ctx.status.busy, ledger)
+    last = made(LastCheckpoint, pl)(every, ctx.model_checkpoint, unprotected, point, grace, ledger, io.wait)
     cache = [made(CompileCache, pl)(ctx.model_checkpoint)] if config["compile_cache"] else []
 
     def attach(trainer) -> None:
         if point and point.candidate:
             trainer.ckpt_path = point.candidate
 
-    io = made(AtomicCheckpointIO, pl)(point, ctx.status.busy, ctx.goodput and ctx.goodput.ledger)
     return Part(callbacks=[export, *cache], after_checkpoints=[last], plugins=[io], attach=attach)

@@ -2,7 +2,8 @@
 pickle, and whoever can write to the checkpoint location could otherwise run code in the job), pathlib's paths
 admitted (hyperparameters hold them) and a class torch does not admit named with its fix, on the CPU; a read that
 fails for a transient reason (S3 throttling, a timeout, a dropped connection) tried again. Neither is taken for a
-corrupt file. Written: atomically (atomic.py), by AtomicCheckpointIO, the trainer's CheckpointIO plugin.
+corrupt file. Written: in the background and atomically (writer.py), by AtomicCheckpointIO, the trainer's
+CheckpointIO plugin.
 
     python -c "from sagemaker_lightning.checkpoints import io; print(io.read('ckpts/last.ckpt').keys())"
 """
@@ -21,8 +22,7 @@ import fsspec
 import fsspec.implementations.local
 import torch
 
-from sagemaker_lightning.checkpoints.atomic import replacing
-from sagemaker_lightning.checkpoints.location import remote
+from sagemaker_lightning.checkpoints.writer import Writer
 from sagemaker_lightning.failure import UserError
 from sagemaker_lightning.lines import say
 
@@ -108,23 +108,26 @@ def read(url: str):
 
 
 class AtomicCheckpointIO:
-    """Each checkpoint goes to a partial name first and is renamed when complete (atomic.replacing; remote paths are
-    written as Lightning writes them). A read that fails for a transient reason is tried again (retried); the
-    checkpoint a job resumes from is the one global rank 0 chose (`resume_point`: resume.ResumePoint), read weights
-    only unless weights_only=False is asked (before torch 2.6, the SMDDP flavors' torch, its default loads any
-    pickle)."""
+    """Each checkpoint is written in the background, to a partial name first and renamed when complete, or uploaded
+    whole (writer.py); a load, a removal and the trainer's teardown wait their turn behind the writes. A read that
+    fails for a transient reason is tried again (retried); the checkpoint a job resumes from is the one global rank 0
+    chose (`resume_point`: resume.ResumePoint), read weights only unless weights_only=False is asked (before torch
+    2.6, the SMDDP flavors' torch, its default loads any pickle)."""
 
     BASE = "plugins.io.TorchCheckpointIO"
 
     def __init__(self, resume_point=None, busy=None, ledger=None):
-        """busy: the process's Status.busy (health/status.py): a write marked so is no hang to the watchdog; ledger:
-        the attempt's goodput.Ledger, where a read is the restore's time and a write the training's stall."""
+        """busy: the process's Status.busy (health/status.py): a wait for a write marked so is no hang to the
+        watchdog; ledger: the attempt's goodput.Ledger, where a read is the restore's time and what a save holds the
+        training for its stall."""
         super().__init__()
         self.resume_point = resume_point
         self.busy = busy or (lambda what: contextlib.nullcontext())
         self.timing = ledger.timing if ledger else (lambda term: contextlib.nullcontext())
+        self.writer = Writer()
 
     def load_checkpoint(self, path, *args, weights_only=None, **kwargs):
+        self.wait()  # the file may be a save still in flight
         path = self.resume_point.choose(path) if self.resume_point else path
         load = super().load_checkpoint
         weights_only = weights_only is not False
@@ -135,10 +138,17 @@ class AtomicCheckpointIO:
             raise UserError(f"cannot load {path}: {type(e).__name__}: {e}; delete it, or give another") from None
 
     def save_checkpoint(self, checkpoint, path, storage_options=None):
-        path = str(path)
-        # peers that wait for it see no hang; the training waits for it
-        with self.busy(f"writing {os.path.basename(path)}"), self.timing("checkpoint stall"):
-            if remote(path):
-                return super().save_checkpoint(checkpoint, path, storage_options)
-            with replacing(path) as partial:
-                super().save_checkpoint(checkpoint, partial, storage_options)
+        # a save waits for the one in flight: peers that wait for it see no hang
+        with self.busy(f"saving {os.path.basename(str(path))}"), self.timing("checkpoint stall"):
+            self.writer.save(checkpoint, str(path))
+
+    def remove_checkpoint(self, path) -> None:
+        self.writer.remove(str(path))
+
+    def wait(self) -> None:
+        """Until every write asked for is done; one that failed raises, as one line."""
+        with self.busy("writing checkpoints"), self.timing("checkpoint stall"):
+            self.writer.wait()
+
+    def teardown(self) -> None:
+        self.wait()

@@ -1,5 +1,5 @@
 """Checkpoints a restarted job resumes from: last.ckpt every N steps, at each epoch end and on SIGTERM, written
-atomically, its predecessor kept beside it.
+in the background and atomically, its predecessor kept beside it (writer.py).
 
 SageMaker syncs /opt/ml/checkpoints (or the job's checkpoint_local_path) to checkpoint_s3_uri in the background (a
 file deleted here is deleted there too) and restores it on a restarted (spot) job; the runtime's LightningCLI resumes
@@ -19,7 +19,6 @@ import functools
 import os
 import time
 
-from sagemaker_lightning.checkpoints.atomic import keep_previous
 from sagemaker_lightning.checkpoints.location import inside
 from sagemaker_lightning.cli.lightning_package import attribute
 from sagemaker_lightning.failure import UserError
@@ -83,12 +82,14 @@ class LastCheckpoint:
         resume_point=None,
         grace_s=None,
         ledger=None,
+        wait=None,
     ):
         """every_n_steps: 0 for epoch ends and SIGTERM only; None: 0, or about a minute where `unprotected`.
         checkpoint: the ModelCheckpoint whose directory (its dirpath, once set up) holds last.ckpt; resume_point:
         what the job resumes from (resume.ResumePoint), named when it does; grace_s: a stop's grace, which the
-        first save's time is compared with (restarts.grace_line); ledger: the attempt's goodput.Ledger, where a save
-        is the training's stall."""
+        first save's time, its write waited for, is compared with (restarts.grace_line); ledger: the attempt's
+        goodput.Ledger, where a save is the training's stall; wait: until the saves in flight are written
+        (AtomicCheckpointIO.wait)."""
         if every_n_steps is not None and every_n_steps < 0:  # `step % -1 == 0` would save at every step
             raise UserError(
                 f"last_checkpoint_every_n_steps={every_n_steps} is not a number of steps: give N > 0 for last.ckpt "
@@ -98,23 +99,25 @@ class LastCheckpoint:
         self.checkpoint, self.unprotected, self.resume_point = checkpoint, unprotected, resume_point
         self.grace_s = grace_s
         self.timing = ledger.timing if ledger else (lambda term: contextlib.nullcontext())
+        self.wait = wait or (lambda: None)
         self._saved_step = -1
         self._timing = None  # (first step timed, its clock) while the interval is being measured
 
-    def save(self, trainer) -> str:
+    def save(self, trainer, stop: bool = False) -> str:
+        """last.ckpt now; written before it returns on a stop, and the first time (measured against the grace)."""
         path = os.path.join(self.checkpoint.dirpath, "last.ckpt")
         started = self.clock()
         with self.timing("checkpoint stall"):
-            if trainer.is_global_zero and not fsdp.sharded(trainer.strategy):  # fsdp keeps two saves itself
-                keep_previous(path)
             with fsdp.sharded_saves(trainer.strategy):  # fsdp: a folder of one file per rank (fsdp.py)
                 trainer.save_checkpoint(path, weights_only=False)  # every rank calls it; rank 0 writes (atomically)
+            if stop or self.grace_s:
+                self.wait()
         self._saved_step = trainer.global_step
         if trainer.is_global_zero:
             say(f"saved last.ckpt at epoch {trainer.current_epoch} step {trainer.global_step}")
             if self.grace_s and (late := restarts.grace_line(self.clock() - started, self.grace_s)):
                 say(late)  # the first save's only: each later one would say the same
-            self.grace_s = None
+        self.grace_s = None
         return path
 
     def setup(self, trainer, pl_module, stage):
@@ -187,7 +190,7 @@ class LastCheckpoint:
         # not in the sanity check: nothing was trained since the start or the checkpoint it resumed from
         stopped = isinstance(exception, attribute(self.pl, "utilities.exceptions.SIGTERMException"))
         if stopped and not trainer.sanity_checking:
-            self.save(trainer)
+            self.save(trainer, stop=True)  # after the save in flight, within the grace
 
     def on_load_checkpoint(self, trainer, pl_module, checkpoint):
         # before any callback's load_state_dict (Lightning calls every on_load_checkpoint first)

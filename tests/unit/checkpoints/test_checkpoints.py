@@ -37,7 +37,10 @@ def test_atomic_save_replaces_the_file_whole(tmp_path):
     io, path = made(checkpoint_io.AtomicCheckpointIO, pytorch_lightning)(), tmp_path / "last.ckpt"
     io.save_checkpoint({"global_step": 1}, path)
     io.save_checkpoint({"global_step": 2}, path)
-    assert torch.load(path, weights_only=True) == {"global_step": 2} and os.listdir(tmp_path) == ["last.ckpt"]
+    io.wait()  # written in the background (writer.py)
+    assert torch.load(path, weights_only=True) == {"global_step": 2}
+    assert torch.load(tmp_path / "last-previous.ckpt", weights_only=True) == {"global_step": 1}
+    assert sorted(os.listdir(tmp_path)) == ["last-previous.ckpt", "last.ckpt"]
 
 
 def test_a_small_file_is_written_whole_here_and_in_an_object_store(tmp_path):
@@ -54,7 +57,8 @@ def test_a_save_that_fails_midway_leaves_the_last_good_file(tmp_path):
     io, path = made(checkpoint_io.AtomicCheckpointIO, pytorch_lightning)(), tmp_path / "last.ckpt"
     io.save_checkpoint({"global_step": 1}, path)
     with pytest.raises((AttributeError, pickle.PicklingError)):  # a local lambda cannot be pickled
-        io.save_checkpoint({"global_step": 2, "unpicklable": lambda: None}, path)  # fails while writing
+        io.save_checkpoint({"global_step": 2, "unpicklable": lambda: None}, path)  # fails before anything is written
+    io.wait()
     assert torch.load(path, weights_only=True) == {"global_step": 1} and os.listdir(tmp_path) == ["last.ckpt"]
 
 

@@ -1,0 +1,221 @@
+"""Whole-file checkpoints written in the background: a save holds the training only for a copy of its state.
+
+A save (`Writer.save`) copies the checkpoint's tensors into host buffers kept from one save to the next (pinned, from
+a GPU), the rest of the checkpoint deep-copied, and returns; one writer thread writes that snapshot: locally
+torch.save to the hidden partial name, last.ckpt's previous file kept, then the rename (atomic.py), so that at every
+moment a complete last.ckpt or last-previous.ckpt exists; to S3 (s3://) torch.save into memory and boto3's managed
+multipart upload, the previous file kept first by a server-side copy (an object appears whole when its upload ends).
+
+At most one save is in flight: a save asked for while one is written waits for it (its buffers are the snapshot
+being written), never skipped; goodput counts the wait as checkpoint stall. A save of the state just saved (the same
+step, loops, callbacks and tensors: last.ckpt after the best checkpoint at an epoch's end) is a hard link, or a
+server-side copy, of that file: each state written once. A removal (ModelCheckpoint's top-k) waits its turn behind
+the writes. A write that fails is one line in the training thread, at the next save or wait (a full disk, S3 denied).
+
+Measured with scripts/bench_checkpoint.py (25M parameters with Adam, 302 MB; 2 AMD EPYC cores, torch 2.14.1, moto
+5.2.5): the copy into kept buffers 0.025 s, the synchronous save it replaces 0.34-0.42 s; boto3's upload of 8 MiB
+parts 10 at a time 0.90x a raw upload_file of the same bytes, the one stream Lightning writes 0.61x.
+
+    python -c "from sagemaker_lightning.checkpoints.writer import Writer; w = Writer(); w.save({'x': 1}, '/tmp/a.ckpt'); w.wait()"
+"""
+
+import concurrent.futures
+import copy
+import functools
+import io
+import os
+import pickle
+import time
+
+import fsspec
+import torch
+
+from sagemaker_lightning.checkpoints.atomic import keep_previous, replacing
+from sagemaker_lightning.checkpoints.location import remote
+from sagemaker_lightning.failure import UserError
+
+PART_BYTES = 8 * 2**20  # an S3 upload's part: boto3's default (the bench's 0.90x of a raw upload_file)
+PARTS_AT_ONCE = 10  # the parts an upload sends at once: boto3's default
+LAST = "last.ckpt"  # the file whose previous version is kept (atomic.keep_previous)
+VOLATILE = ("Goodput",)  # callbacks' states that change between two saves of one moment: goodput's clock
+
+
+def tensors(tree, position=()):
+    """(position, tensor) of every tensor in nested dicts, lists and tuples, in a fixed order."""
+    if isinstance(tree, torch.Tensor):
+        yield position, tree
+    elif isinstance(tree, dict):
+        for key, value in tree.items():
+            yield from tensors(value, (*position, key))
+    elif isinstance(tree, (list, tuple)):
+        for i, value in enumerate(tree):
+            yield from tensors(value, (*position, i))
+
+
+def skeleton(checkpoint: dict) -> bytes:
+    """What a checkpoint holds besides its tensors' values (their shapes and dtypes, everything else), goodput's
+    record aside: equal for two saves of one moment."""
+    shapes = {id(t): (tuple(t.shape), t.dtype) for _, t in tensors(checkpoint)}  # deepcopy's memo: each in its place
+    callbacks = {k: v for k, v in (checkpoint.get("callbacks") or {}).items() if k not in VOLATILE}
+    return pickle.dumps(copy.deepcopy({**checkpoint, "callbacks": callbacks}, shapes))
+
+
+class Snapshot:
+    """Host buffers for a checkpoint's tensors, kept from one save to the next (the copy, not an allocation, is then
+    the cost: 0.025 s against 0.14 s for fresh clones of 302 MB, measured above)."""
+
+    def __init__(self):
+        self.buffers: dict[tuple, torch.Tensor] = {}
+
+    def _buffer(self, position: tuple, tensor: torch.Tensor) -> torch.Tensor:
+        kept = self.buffers.get(position)
+        if kept is None or kept.shape != tensor.shape or kept.dtype != tensor.dtype:
+            kept = torch.empty_like(tensor, device="cpu", pin_memory=tensor.is_cuda)
+            self.buffers[position] = kept
+        return kept
+
+    def take(self, checkpoint: dict) -> dict:
+        """`checkpoint` with each tensor copied into its buffer and everything else deep-copied: nothing in it changes
+        while training goes on."""
+        memo, found = {}, dict(tensors(checkpoint))
+        for position, tensor in found.items():
+            memo[id(tensor)] = self._buffer(position, tensor).copy_(tensor.detach(), non_blocking=tensor.is_cuda)
+        if any(t.is_cuda for t in found.values()):
+            torch.cuda.synchronize()  # the copies into pinned memory are asynchronous
+        self.buffers = {p: self.buffers[p] for p in found}  # a position gone (a changed optimizer) frees its buffer
+        return copy.deepcopy(checkpoint, memo)
+
+    def same(self, checkpoint: dict) -> bool:
+        """Whether every tensor of `checkpoint` equals the one in its buffer (the last snapshot's)."""
+        found = dict(tensors(checkpoint))
+        if found.keys() != self.buffers.keys():
+            return False
+        return all(torch.equal(self.buffers[p], t.detach().cpu()) for p, t in found.items())
+
+
+def persist(snapshot: dict, path: str) -> None:
+    """The snapshot as the file at `path`, whole or not at all; last.ckpt's previous file kept just before."""
+    if not remote(path):
+        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)  # as Lightning's writer makes it
+        with replacing(path) as partial:
+            torch.save(snapshot, partial)
+            if os.path.basename(path) == LAST:
+                keep_previous(path)
+        return
+    data = io.BytesIO()
+    torch.save(snapshot, data)
+    if path.rsplit("/", 1)[-1] == LAST:
+        keep_previous(path)
+    data.seek(0)
+    upload(data, path)
+
+
+def upload(data: io.BytesIO, url: str) -> None:
+    """`data` as the object at `url`: S3 in concurrent parts (boto3's managed transfer; its endpoint from the
+    environment, AWS_ENDPOINT_URL as for every AWS client), any other store as one put."""
+    if not url.startswith("s3://"):
+        fs, path = fsspec.core.url_to_fs(url)
+        fs.pipe(path, data.getvalue())
+        return
+    from boto3.s3.transfer import TransferConfig
+
+    bucket, key = url[len("s3://") :].split("/", 1)
+    config = TransferConfig(multipart_chunksize=PART_BYTES, max_concurrency=PARTS_AT_ONCE)
+    s3_client().upload_fileobj(data, bucket, key, Config=config)
+
+
+@functools.cache
+def s3_client():
+    """One S3 client for the process's uploads (made once: tens of ms)."""
+    import boto3
+    from botocore.config import Config
+
+    # no whole-object CRC32 of a multipart upload (boto3's default since 1.36): stores that copy S3 (moto 5.2.5) send
+    # it with a ranged read, which s3fs (aiobotocore 3.10) then rejects as a mismatch; the upload rests on TLS alone
+    return boto3.client("s3", config=Config(request_checksum_calculation="when_required"))
+
+
+def duplicate(source: str, path: str) -> None:
+    """`path` as a second name of the complete file `source`: a hard link, or a server-side copy in a store."""
+    if os.path.basename(path) == LAST or path.rsplit("/", 1)[-1] == LAST:
+        keep_previous(path)
+    if remote(path):
+        fs, target = fsspec.core.url_to_fs(path)
+        fs.copy(fsspec.core.url_to_fs(source)[1], target)
+        return
+    with replacing(path) as partial:
+        os.link(source, partial, follow_symlinks=False)  # a link planted at `source` is linked, not its target
+
+
+def remove(path: str) -> None:
+    fs, where = fsspec.core.url_to_fs(path)
+    if fs.exists(where):
+        fs.rm(where, recursive=True)
+
+
+class Writer:
+    """The background writer of one process's whole-file checkpoints (module docstring)."""
+
+    def __init__(self):
+        self._thread = None  # made at the first save, one thread: jobs run in the order they are asked
+        self._snapshot = Snapshot()
+        self._writing = None  # the future of the write that holds the snapshot's buffers
+        self._jobs: list[tuple[str, concurrent.futures.Future]] = []  # (what, its future), not yet checked
+        self._last = None  # (path, skeleton) of the last state written, while its file is there
+        self.write_s = None  # the last write's time, from its snapshot to its complete file
+
+    def __getstate__(self):  # strategy="ddp_spawn" pickles the trainer's plugins into each new process
+        self.wait()
+        return {**self.__dict__, "_thread": None, "_snapshot": Snapshot(), "_writing": None, "_last": None}
+
+    def _submit(self, what: str, fn, *args) -> concurrent.futures.Future:
+        if self._thread is None:
+            self._thread = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="checkpoint-writer")
+        future = self._thread.submit(fn, *args)
+        self._jobs.append((what, future))
+        return future
+
+    def save(self, checkpoint: dict, path: str) -> None:
+        """Write `checkpoint` to `path` in the background, or name the file that holds that very state."""
+        shape = skeleton(checkpoint)
+        if self._last and self._last[1] == shape and self._snapshot.same(checkpoint):
+            if self._last[0] != path:  # else that file holds it already
+                self._submit(f"linking {path}", duplicate, self._last[0], path)
+            return
+        self._check(self._writing)
+        started = time.monotonic()
+        snapshot = self._snapshot.take(checkpoint)
+        self._writing = self._submit(f"writing {path}", self._timed, started, snapshot, path)
+        self._last = (path, shape)
+
+    def _timed(self, started: float, snapshot: dict, path: str) -> None:
+        persist(snapshot, path)
+        self.write_s = time.monotonic() - started
+
+    def remove(self, path: str) -> None:
+        """Remove `path` once the writes asked for before are done (a newer best checkpoint is complete first)."""
+        if self._last and self._last[0] == path:
+            self._last = None
+        self._submit(f"removing {path}", remove, path)
+
+    def wait(self) -> None:
+        """Wait for every job asked for; the first that failed raises, as one line."""
+        while self._jobs:
+            self._check(self._jobs[0][1])
+
+    def _check(self, future) -> None:
+        """Wait for `future` and the jobs before it, unless it was waited for; a UserError names the first that
+        failed."""
+        while any(job is future for _, job in self._jobs):
+            what, job = self._jobs.pop(0)
+            try:
+                job.result()
+            except Exception as e:
+                self._jobs.clear()
+                self._last = None
+                raise UserError(
+                    f"{what} failed in the background ({type(e).__name__}: {e}); the save before it is kept: free "
+                    "space at checkpoint.dirpath or let the job write there, then restart it"
+                ) from e
+            if job is future:
+                return

@@ -1,0 +1,111 @@
+"""Saves in the background (checkpoints/writer.py): the training thread returns after the snapshot, at most one save
+is in flight, the same state is written once, a removal waits its turn, and a write that fails is one line in the
+training thread with the save before it kept. The writes here are held back by an event, not timed.
+
+    .venv/bin/pytest tests/unit/checkpoints/test_background_saves.py
+"""
+
+import os
+import threading
+
+import pytest
+import pytorch_lightning
+import torch
+
+from sagemaker_lightning.checkpoints import writer as background
+from sagemaker_lightning.checkpoints.io import AtomicCheckpointIO
+from sagemaker_lightning.cli.lightning_package import made
+from sagemaker_lightning.failure import UserError
+
+pytestmark = pytest.mark.unit
+
+
+@pytest.fixture
+def held(monkeypatch):
+    """torch.save in the writer thread waits for `release`; `written` counts the files it wrote."""
+    release, written, save = threading.Event(), [], torch.save
+
+    def held_save(obj, f, *args, **kwargs):
+        if threading.current_thread() is not threading.main_thread():
+            assert release.wait(30), "the test never released the write"
+            written.append(f)
+        return save(obj, f, *args, **kwargs)
+
+    monkeypatch.setattr(background.torch, "save", held_save)
+    return release, written
+
+
+def state(step: int, weight: torch.Tensor) -> dict:
+    return {"global_step": step, "loops": {"batches": step}, "state_dict": {"w": weight}, "callbacks": {}}
+
+
+def test_a_save_returns_before_its_write_and_the_file_holds_the_state_as_it_was(tmp_path, held):
+    release, _ = held
+    io, path, weight = made(AtomicCheckpointIO, pytorch_lightning)(), tmp_path / "last.ckpt", torch.zeros(4)
+    io.save_checkpoint(state(1, weight), path)
+    assert not path.exists()  # returned; the write waits for the release
+    weight += 1  # training goes on in place
+    release.set()
+    io.wait()
+    assert torch.equal(torch.load(path, weights_only=True)["state_dict"]["w"], torch.zeros(4))
+
+
+def test_at_most_one_save_is_in_flight_and_a_second_waits_for_the_first(tmp_path, held):
+    release, written = held
+    io, weight = made(AtomicCheckpointIO, pytorch_lightning)(), torch.zeros(4)
+    io.save_checkpoint(state(1, weight), tmp_path / "a.ckpt")
+    weight += 1
+    second = threading.Thread(target=io.save_checkpoint, args=(state(2, weight), tmp_path / "b.ckpt"))
+    second.start()
+    second.join(0.5)
+    assert second.is_alive() and written == []  # waits for the first write: its buffers are the snapshot
+    release.set()
+    second.join(30)
+    io.wait()
+    assert [os.path.basename(f) for f in written] == [".a.ckpt.partial", ".b.ckpt.partial"]
+    assert torch.equal(torch.load(tmp_path / "b.ckpt", weights_only=True)["state_dict"]["w"], torch.ones(4))
+
+
+def test_the_same_state_is_written_once_and_named_again_by_a_link(tmp_path, held):
+    release, written = held
+    release.set()
+    io, weight = made(AtomicCheckpointIO, pytorch_lightning)(), torch.zeros(4)
+    best, last = tmp_path / "epoch=0-step=3.ckpt", tmp_path / "last.ckpt"
+    io.save_checkpoint(state(3, weight), best)
+    io.save_checkpoint({**state(3, weight), "callbacks": {"Goodput": {"records": [1.5]}}}, last)  # its clock moved
+    io.wait()
+    assert len(written) == 1 and os.stat(best).st_ino == os.stat(last).st_ino
+    weight += 1  # another state at the same step: written
+    io.save_checkpoint(state(3, weight), last)
+    io.save_checkpoint({**state(3, weight), "loops": {"batches": 4}}, best)  # another moment: written
+    io.wait()
+    assert len(written) == 3 and os.stat(best).st_ino != os.stat(last).st_ino
+    previous = torch.load(tmp_path / "last-previous.ckpt", weights_only=True)  # the linked state, kept
+    assert torch.equal(previous["state_dict"]["w"], torch.zeros(4))
+
+
+def test_a_removal_waits_for_the_writes_asked_before_it(tmp_path, held):
+    release, _ = held
+    io, older = made(AtomicCheckpointIO, pytorch_lightning)(), tmp_path / "epoch=0-step=3.ckpt"
+    older.write_bytes(b"the best until now")
+    io.save_checkpoint(state(6, torch.zeros(4)), tmp_path / "epoch=1-step=6.ckpt")
+    io.remove_checkpoint(older)
+    assert older.exists()  # the new best is not complete yet
+    release.set()
+    io.wait()
+    assert sorted(os.listdir(tmp_path)) == ["epoch=1-step=6.ckpt"]
+
+
+def test_a_write_that_fails_is_one_line_in_the_training_thread_and_the_save_before_it_stays(tmp_path, held):
+    release, _ = held
+    release.set()
+    io, path = made(AtomicCheckpointIO, pytorch_lightning)(), tmp_path / "ckpts" / "last.ckpt"
+    io.save_checkpoint(state(1, torch.zeros(4)), path)
+    io.wait()
+    os.rename(tmp_path / "ckpts", tmp_path / "kept")
+    (tmp_path / "ckpts").write_bytes(b"a file where the folder was")  # the next write cannot make its folder
+    io.save_checkpoint(state(2, torch.ones(4)), path)
+    with pytest.raises(UserError, match=r"^writing .*ckpts/last\.ckpt failed in the background \(\w+Error: .*"):
+        io.wait()
+    io.wait()  # said once
+    assert torch.load(tmp_path / "kept" / "last.ckpt", weights_only=True)["global_step"] == 1
