@@ -114,10 +114,9 @@ def background_save(tree, trainer, path: str, snapshot, writer) -> dict:
     return {"stall_s": stall, "write_s": writer.write_s, "steps": steps, "step_s": step_s, "alone_s": alone_s}
 
 
-def runtime_save(tree, trainer, path: str, io) -> dict:
-    """One save through the runtime's own CheckpointIO (checkpoints/writer.py), training steps until its file is
-    complete. The state's step moves on each time: the runtime writes a state it wrote last only once."""
-    tree["global_step"] += 1
+def io_save(tree, trainer, path: str, io, finish) -> dict:
+    """One save through a CheckpointIO that writes in the background, training steps until its file is complete (it
+    appears whole: a rename), then `finish()` (joins the writer, raises a write's error)."""
     if os.path.exists(path):
         os.remove(path)
     alone_s = trainer.mean_s(ALONE_STEPS)
@@ -125,25 +124,25 @@ def runtime_save(tree, trainer, path: str, io) -> dict:
     io.save_checkpoint(tree, path)
     stall = time.perf_counter() - start
     steps, step_s = trainer.until(lambda: os.path.exists(path))
-    io.wait()  # raises a write's error
-    return {"stall_s": stall, "write_s": io.writer.write_s, "steps": steps, "step_s": step_s, "alone_s": alone_s}
+    finish()
+    write_s = io.writer.write_s if isinstance(io, AtomicCheckpointIO) else math.nan
+    return {"stall_s": stall, "write_s": write_s, "steps": steps, "step_s": step_s, "alone_s": alone_s}
+
+
+def runtime_save(tree, trainer, path: str, io) -> dict:
+    """The runtime's own CheckpointIO (checkpoints/writer.py). The state's step moves on each time: the runtime writes
+    a state it wrote last only once."""
+    tree["global_step"] += 1
+    return io_save(tree, trainer, path, io, io.wait)
 
 
 def lightning_async_save(tree, trainer, path: str) -> dict:
     """Lightning's AsyncCheckpointIO over its TorchCheckpointIO: clones the tensors on the caller's thread, writes from
-    a one-thread pool; the file appears whole when written (a transaction's rename), which ends the training steps."""
+    a one-thread pool; its file appears whole when written (a transaction's rename)."""
     from lightning.pytorch.plugins.io import AsyncCheckpointIO, TorchCheckpointIO
 
     io = AsyncCheckpointIO(TorchCheckpointIO())
-    if os.path.exists(path):
-        os.remove(path)
-    alone_s = trainer.mean_s(ALONE_STEPS)
-    start = time.perf_counter()
-    io.save_checkpoint(tree, path)
-    stall = time.perf_counter() - start
-    steps, step_s = trainer.until(lambda: os.path.exists(path))
-    io.teardown()  # joins its thread, raises a write's error
-    return {"stall_s": stall, "write_s": math.nan, "steps": steps, "step_s": step_s, "alone_s": alone_s}
+    return io_save(tree, trainer, path, io, io.teardown)
 
 
 def snapshot_times(tree, repeat: int) -> dict[str, list[float]]:

@@ -24,7 +24,7 @@ import shutil
 import fsspec
 import fsspec.implementations.local
 
-from sagemaker_lightning.checkpoints.location import unlinked
+from sagemaker_lightning.checkpoints.location import remote, unlinked
 
 PREVIOUS = "last-previous.ckpt"  # last.ckpt's predecessor, kept while last.ckpt is replaced and uploaded
 
@@ -48,6 +48,16 @@ def replacing(path: str):
             os.remove(partial)
         raise
     os.replace(partial, path)
+
+
+def clear_partials(dirpath: str) -> None:
+    """Remove the partial files writes cut short by a kill left in `dirpath` (a local folder), before a job writes
+    there: a background write of a best checkpoint killed midway leaves one under a name no later save reuses."""
+    if remote(dirpath) or not os.path.isdir(dirpath):
+        return
+    for name in os.listdir(dirpath):
+        if name.startswith(".") and name.endswith(".partial"):
+            os.remove(os.path.join(dirpath, name))  # a link of that name goes, not what it names
 
 
 def write(url: str, data: bytes) -> None:

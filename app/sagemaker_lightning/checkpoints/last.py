@@ -19,6 +19,7 @@ import functools
 import os
 import time
 
+from sagemaker_lightning.checkpoints.atomic import clear_partials
 from sagemaker_lightning.checkpoints.location import inside
 from sagemaker_lightning.cli.lightning_package import attribute
 from sagemaker_lightning.failure import UserError
@@ -121,6 +122,8 @@ class LastCheckpoint:
         return path
 
     def setup(self, trainer, pl_module, stage):
+        if trainer.is_global_zero and stage == "fit" and self.checkpoint.dirpath:
+            clear_partials(self.checkpoint.dirpath)  # global rank 0 writes every file that has one
         asked = self.checkpoint.save_last  # ModelCheckpoint's own last.ckpt: a second whole file (last-v1.ckpt)
         if asked:
             self.checkpoint.save_last = None

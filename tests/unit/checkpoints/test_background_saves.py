@@ -109,3 +109,21 @@ def test_a_write_that_fails_is_one_line_in_the_training_thread_and_the_save_befo
         io.wait()
     io.wait()  # said once
     assert torch.load(tmp_path / "kept" / "last.ckpt", weights_only=True)["global_step"] == 1
+
+
+def test_the_partial_files_of_writes_a_kill_cut_short_are_removed_at_the_start(tmp_path):
+    """A best checkpoint's background write killed midway leaves its partial file under a name no later save reuses
+    (seen in the two-host SIGKILL chain): the next fit removes it, and nothing else."""
+    from pytorch_lightning.demos.boring_classes import BoringModel
+
+    from sagemaker_lightning.checkpoints.last import LastCheckpoint
+
+    (tmp_path / ".epoch=0-step=3.ckpt.partial").write_bytes(b"PK cut short")
+    (tmp_path / "notes.txt").write_text("the user's")
+    best = pytorch_lightning.callbacks.ModelCheckpoint(dirpath=tmp_path, save_top_k=0)
+    last = made(LastCheckpoint, pytorch_lightning)(0, best)
+    trainer = pytorch_lightning.Trainer(
+        callbacks=[best, last], max_steps=1, logger=False, enable_progress_bar=False, enable_model_summary=False
+    )
+    trainer.fit(BoringModel())
+    assert sorted(os.listdir(tmp_path)) == ["last.ckpt", "notes.txt"]
