@@ -3,16 +3,17 @@ kept by one rule.
 
 The atomic write: new content goes to a hidden partial name beside its path and is renamed to the path once complete
 (`replacing`), so a kill during a write never leaves a broken file under the real name, and resume never takes a
-partial one for a checkpoint (hidden names are not checkpoints: resume.names). Every writer uses it: last.ckpt and
-the best checkpoints (io.AtomicCheckpointIO), the previous save's link below, a sharded save's meta.pt (sharded_saves.py),
-model.pt and config.yaml (export.py), small files such as the compile cache and the MLflow run's
-record (`write`).
+partial one for a checkpoint (hidden names are not checkpoints: resume.names); one a kill left is removed at the next
+start (clear_partials). Every writer uses it: last.ckpt and the best checkpoints (writer.py), the previous save's link
+below, a sharded save's meta.pt (sharded_saves.py), model.pt and config.yaml (export.py), small files such as the
+compile cache and the MLflow run's record (`write`).
 
 The previous save: SageMaker uploads the checkpoint directory in the background and deletes in S3 what is deleted
 here, so the newest save is never the only complete one while the next is written and uploaded. A single-file
-last.ckpt is linked as PREVIOUS before it is replaced (keep_previous); sharded saves go to a new folder each, and once
-one is complete every folder but it and the complete one before it is removed (prune). Neither follows a symbolic
-link there (location.unlinked): a link is refused in one line before anything is linked or removed.
+last.ckpt is linked as PREVIOUS just before the new one is renamed over it (keep_previous, from writer.py); sharded
+saves go to a new folder each, and once one is complete every folder but it and the complete one before it is removed
+(prune). Neither follows a symbolic link there (location.unlinked): a link is refused in one line before anything is
+linked or removed.
 
     python -c "from sagemaker_lightning.checkpoints import atomic; print(atomic.partial_path('ckpts/last.ckpt'))"
 """
