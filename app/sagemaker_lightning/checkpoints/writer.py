@@ -77,9 +77,12 @@ class Snapshot:
     def take(self, checkpoint: dict) -> dict:
         """`checkpoint` with each tensor copied into its buffer and everything else deep-copied: nothing in it changes
         while training goes on."""
-        memo, found = {}, dict(tensors(checkpoint))
+        memo, found, seen = {}, dict(tensors(checkpoint)), {}
         for position, tensor in found.items():
-            memo[id(tensor)] = self._buffer(position, tensor).copy_(tensor.detach(), non_blocking=tensor.is_cuda)
+            same = (tensor.data_ptr(), tensor.shape, tensor.stride(), tensor.dtype, tensor.device)
+            if same not in seen:  # tied weights: one tensor under two names, one buffer, saved once (as torch.save does)
+                seen[same] = self._buffer(position, tensor).copy_(tensor.detach(), non_blocking=tensor.is_cuda)
+            self.buffers[position] = memo[id(tensor)] = seen[same]
         if any(t.is_cuda for t in found.values()):
             torch.cuda.synchronize()  # the copies into pinned memory are asynchronous
         self.buffers = {p: self.buffers[p] for p in found}  # a position gone (a changed optimizer) frees its buffer

@@ -127,3 +127,21 @@ def test_the_partial_files_of_writes_a_kill_cut_short_are_removed_at_the_start(t
     )
     trainer.fit(BoringModel())
     assert sorted(os.listdir(tmp_path)) == ["last.ckpt", "notes.txt"]
+
+
+def test_tied_weights_are_saved_once_and_load_tied(tmp_path, held):
+    """A language model's embedding tied to its output layer: the state dict names one tensor twice; the file holds it
+    once, as torch.save of the live state does, not twice."""
+    release, _ = held
+    release.set()
+    embedding = torch.nn.Embedding(1000, 64)
+    head = torch.nn.Linear(64, 1000, bias=False)
+    head.weight = embedding.weight
+    weights = {**{f"embedding.{k}": v for k, v in embedding.state_dict().items()}, "head.weight": head.weight}
+    io = made(AtomicCheckpointIO, pytorch_lightning)()
+    io.save_checkpoint({**state(1, torch.zeros(1)), "state_dict": weights}, tmp_path / "tied.ckpt")
+    io.wait()
+    torch.save({**state(1, torch.zeros(1)), "state_dict": weights}, tmp_path / "reference.ckpt")
+    assert os.path.getsize(tmp_path / "tied.ckpt") <= os.path.getsize(tmp_path / "reference.ckpt") + 1024
+    loaded = torch.load(tmp_path / "tied.ckpt", weights_only=True)["state_dict"]
+    assert loaded["head.weight"].data_ptr() == loaded["embedding.weight"].data_ptr()
