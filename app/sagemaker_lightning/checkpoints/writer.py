@@ -80,7 +80,9 @@ class Snapshot:
         memo, found, seen = {}, dict(tensors(checkpoint)), {}
         for position, tensor in found.items():
             same = (tensor.data_ptr(), tensor.shape, tensor.stride(), tensor.dtype, tensor.device)
-            if same not in seen:  # tied weights: one tensor under two names, one buffer, saved once (as torch.save does)
+            if (
+                same not in seen
+            ):  # tied weights: one tensor under two names, one buffer, saved once (as torch.save does)
                 seen[same] = self._buffer(position, tensor).copy_(tensor.detach(), non_blocking=tensor.is_cuda)
             self.buffers[position] = memo[id(tensor)] = seen[same]
         if any(t.is_cuda for t in found.values()):
