@@ -77,13 +77,17 @@ class Snapshot:
     def take(self, checkpoint: dict) -> dict:
         """`checkpoint` with each tensor copied into its buffer and everything else deep-copied: nothing in it changes
         while training goes on."""
-        memo, found, seen = {}, dict(tensors(checkpoint)), {}
+        memo, found, seen, used = {}, dict(tensors(checkpoint)), {}, set()
         for position, tensor in found.items():
+            # tied weights (one tensor under two names) get one buffer and are saved once, as torch.save saves them
             same = (tensor.data_ptr(), tensor.shape, tensor.stride(), tensor.dtype, tensor.device)
-            if (
-                same not in seen
-            ):  # tied weights: one tensor under two names, one buffer, saved once (as torch.save does)
-                seen[same] = self._buffer(position, tensor).copy_(tensor.detach(), non_blocking=tensor.is_cuda)
+            if same not in seen:
+                buffer = self._buffer(position, tensor)
+                if id(buffer) in used:  # shared by names tied at the last save, no longer tied now
+                    del self.buffers[position]
+                    buffer = self._buffer(position, tensor)
+                used.add(id(buffer))
+                seen[same] = buffer.copy_(tensor.detach(), non_blocking=tensor.is_cuda)
             self.buffers[position] = memo[id(tensor)] = seen[same]
         if any(t.is_cuda for t in found.values()):
             torch.cuda.synchronize()  # the copies into pinned memory are asynchronous

@@ -145,3 +145,10 @@ def test_tied_weights_are_saved_once_and_load_tied(tmp_path, held):
     assert os.path.getsize(tmp_path / "tied.ckpt") <= os.path.getsize(tmp_path / "reference.ckpt") + 1024
     loaded = torch.load(tmp_path / "tied.ckpt", weights_only=True)["state_dict"]
     assert loaded["head.weight"].data_ptr() == loaded["embedding.weight"].data_ptr()
+
+
+def test_weights_untied_after_a_save_each_get_their_own_buffer_again():
+    snapshot, tied = background.Snapshot(), torch.zeros(3)
+    snapshot.take({"a": tied, "b": tied})
+    taken = snapshot.take({"a": torch.ones(3), "b": torch.full((3,), 2.0)})  # one buffer written twice would be 2s
+    assert torch.equal(taken["a"], torch.ones(3)) and torch.equal(taken["b"], torch.full((3,), 2.0))
