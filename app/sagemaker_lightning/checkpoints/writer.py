@@ -33,11 +33,12 @@ import torch
 from sagemaker_lightning.checkpoints.atomic import keep_previous, replacing
 from sagemaker_lightning.checkpoints.location import remote
 from sagemaker_lightning.failure import UserError
+from sagemaker_lightning.goodput import Goodput
 
 PART_BYTES = 8 * 2**20  # an S3 upload's part: boto3's default (the bench's 0.90x of a raw upload_file)
 PARTS_AT_ONCE = 10  # the parts an upload sends at once: boto3's default
 LAST = "last.ckpt"  # the file whose previous version is kept (atomic.keep_previous)
-VOLATILE = ("Goodput",)  # callbacks' states that change between two saves of one moment: goodput's clock
+VOLATILE = (Goodput.__qualname__,)  # callbacks' states that change between two saves of one moment: goodput's clock
 
 
 def tensors(tree, position=()):
