@@ -74,6 +74,11 @@ def say(line: str) -> None:
     sys.stdout.flush()
 
 
+def saved(epoch: int, step: int) -> str:
+    """The line of a last.ckpt that is complete (said once its file is there: checkpoints/writer.py)."""
+    return f"saved last.ckpt at epoch {epoch} step {step}"
+
+
 def progress(
     epoch: int, step: int, total, loss: float | None, per_s: float, eta, spread: str, counted: str = "images"
 ) -> str:

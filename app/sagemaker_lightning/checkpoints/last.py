@@ -19,6 +19,7 @@ import functools
 import os
 import time
 
+from sagemaker_lightning import lines
 from sagemaker_lightning.checkpoints.atomic import clear_partials
 from sagemaker_lightning.checkpoints.location import inside
 from sagemaker_lightning.cli.lightning_package import attribute
@@ -90,7 +91,8 @@ class LastCheckpoint:
         what the job resumes from (resume.ResumePoint), named when it does; grace_s: a stop's grace, which the
         first save's time, its write waited for, is compared with (restarts.grace_line); ledger: the attempt's
         goodput.Ledger, where a save is the training's stall; wait: until the saves in flight are written
-        (AtomicCheckpointIO.wait)."""
+        (AtomicCheckpointIO.wait, whose writer says each last.ckpt once it is there), None where saves are
+        synchronous."""
         if every_n_steps is not None and every_n_steps < 0:  # `step % -1 == 0` would save at every step
             raise UserError(
                 f"last_checkpoint_every_n_steps={every_n_steps} is not a number of steps: give N > 0 for last.ckpt "
@@ -100,7 +102,7 @@ class LastCheckpoint:
         self.checkpoint, self.unprotected, self.resume_point = checkpoint, unprotected, resume_point
         self.grace_s = grace_s
         self.timing = ledger.timing if ledger else (lambda term: contextlib.nullcontext())
-        self.wait = wait or (lambda: None)
+        self.wait = wait  # None: a save is complete when trainer.save_checkpoint returns
         self._saved_step = -1
         self._timing = None  # (first step timed, its clock) while the interval is being measured
 
@@ -111,11 +113,12 @@ class LastCheckpoint:
         with self.timing("checkpoint stall"):
             with fsdp.sharded_saves(trainer.strategy):  # fsdp: a folder of one file per rank (fsdp.py)
                 trainer.save_checkpoint(path, weights_only=False)  # every rank calls it; rank 0 writes (atomically)
-            if stop or self.grace_s:
+            if self.wait and (stop or self.grace_s):
                 self.wait()
         self._saved_step = trainer.global_step
         if trainer.is_global_zero:
-            say(f"saved last.ckpt at epoch {trainer.current_epoch} step {trainer.global_step}")
+            if fsdp.sharded(trainer.strategy) or not self.wait:  # complete here; else the writer says it once written
+                say(lines.saved(trainer.current_epoch, trainer.global_step))
             if self.grace_s and (late := restarts.grace_line(self.clock() - started, self.grace_s)):
                 say(late)  # the first save's only: each later one would say the same
         self.grace_s = None

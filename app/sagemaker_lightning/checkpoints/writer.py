@@ -30,10 +30,12 @@ import time
 import fsspec
 import torch
 
+from sagemaker_lightning import lines
 from sagemaker_lightning.checkpoints.atomic import keep_previous, replacing
 from sagemaker_lightning.checkpoints.location import remote
 from sagemaker_lightning.failure import UserError
 from sagemaker_lightning.goodput import Goodput
+from sagemaker_lightning.lines import say
 
 PART_BYTES = 8 * 2**20  # an S3 upload's part: boto3's default (the bench's 0.90x of a raw upload_file)
 PARTS_AT_ONCE = 10  # the parts an upload sends at once: boto3's default
@@ -103,18 +105,23 @@ class Snapshot:
         return all(torch.equal(self.buffers[p], t.detach().cpu()) for p, t in found.items())
 
 
+def named_last(path: str) -> bool:
+    """Whether `path` (a path or a URL) is a last.ckpt, whose previous file is kept and whose save is said."""
+    return path.rsplit("/", 1)[-1] == LAST
+
+
 def persist(snapshot: dict, path: str) -> None:
     """The snapshot as the file at `path`, whole or not at all; last.ckpt's previous file kept just before."""
     if not remote(path):
         os.makedirs(os.path.dirname(path) or ".", exist_ok=True)  # as Lightning's writer makes it
         with replacing(path) as partial:
             torch.save(snapshot, partial)
-            if os.path.basename(path) == LAST:
+            if named_last(path):
                 keep_previous(path)
         return
     data = io.BytesIO()
     torch.save(snapshot, data)
-    if path.rsplit("/", 1)[-1] == LAST:
+    if named_last(path):
         keep_previous(path)
     data.seek(0)
     upload(data, path)
@@ -145,7 +152,7 @@ def s3_client():
 
 def duplicate(source: str, path: str) -> None:
     """`path` as a second name of the complete file `source`: a hard link, or a server-side copy in a store."""
-    if os.path.basename(path) == LAST or path.rsplit("/", 1)[-1] == LAST:
+    if named_last(path):
         keep_previous(path)
     if remote(path):
         fs, target = fsspec.core.url_to_fs(path)
@@ -176,24 +183,32 @@ class Writer:
         self.wait()
         return {**self.__dict__, "_thread": None, "_snapshot": Snapshot(), "_writing": None, "_last": None}
 
-    def _submit(self, what: str, fn, *args) -> concurrent.futures.Future:
+    def _submit(self, what: str, fn, *args, said: str | None = None) -> concurrent.futures.Future:
+        """Run fn(*args) after the jobs asked for before; then say `said` (a save is said once its file is there)."""
         if self._thread is None:
             self._thread = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="checkpoint-writer")
-        future = self._thread.submit(fn, *args)
+
+        def job():
+            fn(*args)
+            if said:
+                say(said)
+
+        future = self._thread.submit(job)
         self._jobs.append((what, future))
         return future
 
     def save(self, checkpoint: dict, path: str) -> None:
         """Write `checkpoint` to `path` in the background, or name the file that holds that very state."""
         shape = skeleton(checkpoint)
+        said = lines.saved(checkpoint.get("epoch"), checkpoint.get("global_step")) if named_last(path) else None
         if self._last and self._last[1] == shape and self._snapshot.same(checkpoint):
             if self._last[0] != path:  # else that file holds it already
-                self._submit(f"linking {path}", duplicate, self._last[0], path)
+                self._submit(f"linking {path}", duplicate, self._last[0], path, said=said)
             return
         self._check(self._writing)
         started = time.monotonic()
         snapshot = self._snapshot.take(checkpoint)
-        self._writing = self._submit(f"writing {path}", self._timed, started, snapshot, path)
+        self._writing = self._submit(f"writing {path}", self._timed, started, snapshot, path, said=said)
         self._last = (path, shape)
 
     def _timed(self, started: float, snapshot: dict, path: str) -> None:

@@ -152,3 +152,14 @@ def test_weights_untied_after_a_save_each_get_their_own_buffer_again():
     snapshot.take({"a": tied, "b": tied})
     taken = snapshot.take({"a": torch.ones(3), "b": torch.full((3,), 2.0)})  # one buffer written twice would be 2s
     assert torch.equal(taken["a"], torch.ones(3)) and torch.equal(taken["b"], torch.full((3,), 2.0))
+
+
+def test_last_ckpt_is_said_saved_once_its_file_is_there(tmp_path, held, capsys):
+    """A log's "saved last.ckpt at epoch E step S" means the file is complete: a kill after the line finds it."""
+    release, _ = held
+    io = made(AtomicCheckpointIO, pytorch_lightning)()
+    io.save_checkpoint({**state(4, torch.zeros(4)), "epoch": 0}, tmp_path / "last.ckpt")
+    assert "saved last.ckpt" not in capsys.readouterr().out  # handed to the writer, not written yet
+    release.set()
+    io.wait()
+    assert capsys.readouterr().out == "saved last.ckpt at epoch 0 step 4\n"
