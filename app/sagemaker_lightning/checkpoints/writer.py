@@ -13,8 +13,8 @@ server-side copy, of that file: each state written once. A removal (ModelCheckpo
 the writes. A write that fails is one line in the training thread, at the next save or wait (a full disk, S3 denied).
 
 Measured with scripts/bench_checkpoint.py (25M parameters with Adam, 302 MB; 2 AMD EPYC cores, torch 2.14.1, moto
-5.2.5): the copy into kept buffers 0.025 s, the synchronous save it replaces 0.34-0.42 s; boto3's upload of 8 MiB
-parts 10 at a time 0.90x a raw upload_file of the same bytes, the one stream Lightning writes 0.61x.
+5.2.5; docs/performance.md): a save's stall 0.023 s (the copy into kept buffers 0.022 s), the synchronous save it
+replaced 0.33-0.62 s; to S3 0.74x of a raw upload_file of the serialised file, Lightning's one stream 0.52x.
 
     python -c "from sagemaker_lightning.checkpoints.writer import Writer; w = Writer(); w.save({'x': 1}, '/tmp/a.ckpt'); w.wait()"
 """
@@ -65,7 +65,7 @@ def skeleton(checkpoint: dict) -> bytes:
 
 class Snapshot:
     """Host buffers for a checkpoint's tensors, kept from one save to the next (the copy, not an allocation, is then
-    the cost: 0.025 s against 0.14 s for fresh clones of 302 MB, measured above)."""
+    the cost: 0.022 s against 0.12 s for fresh clones of 302 MB, measured above)."""
 
     def __init__(self):
         self.buffers: dict[tuple, torch.Tensor] = {}
@@ -178,6 +178,7 @@ class Writer:
         self._jobs: list[tuple[str, concurrent.futures.Future]] = []  # (what, its future), not yet checked
         self._last = None  # (path, skeleton) of the last state written, while its file is there
         self.write_s = None  # the last write's time, from its snapshot to its complete file
+        self._failed = False  # a job failed: the ones after it are skipped (no delete of a best whose successor failed)
 
     def __getstate__(self):  # strategy="ddp_spawn" pickles the trainer's plugins into each new process
         self.wait()
@@ -189,7 +190,13 @@ class Writer:
             self._thread = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="checkpoint-writer")
 
         def job():
-            fn(*args)
+            if self._failed:
+                raise RuntimeError("not done: a job before it failed")
+            try:
+                fn(*args)
+            except BaseException:
+                self._failed = True
+                raise
             if said:
                 say(said)
 
@@ -234,8 +241,10 @@ class Writer:
             try:
                 job.result()
             except Exception as e:
+                for _, skipped in self._jobs:  # each ends at once: a job before it failed
+                    skipped.exception()
                 self._jobs.clear()
-                self._last = None
+                self._last, self._failed = None, False
                 raise UserError(
                     f"{what} failed in the background ({type(e).__name__}: {e}); the save before it is kept: free "
                     "space at checkpoint.dirpath or let the job write there, then restart it"

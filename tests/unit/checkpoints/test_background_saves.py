@@ -105,10 +105,14 @@ def test_a_write_that_fails_is_one_line_in_the_training_thread_and_the_save_befo
     os.rename(tmp_path / "ckpts", tmp_path / "kept")
     (tmp_path / "ckpts").write_bytes(b"a file where the folder was")  # the next write cannot make its folder
     io.save_checkpoint(state(2, torch.ones(4)), path)
+    io.remove_checkpoint(tmp_path / "kept" / "last.ckpt")  # as ModelCheckpoint drops the best the failed one beat
     with pytest.raises(UserError, match=r"^writing .*ckpts/last\.ckpt failed in the background \(\w+Error: .*"):
         io.wait()
     io.wait()  # said once
-    assert torch.load(tmp_path / "kept" / "last.ckpt", weights_only=True)["global_step"] == 1
+    assert torch.load(tmp_path / "kept" / "last.ckpt", weights_only=True)["global_step"] == 1  # not removed
+    io.save_checkpoint(state(3, torch.ones(4)), tmp_path / "kept" / "again.ckpt")  # the writer goes on afterwards
+    io.wait()
+    assert (tmp_path / "kept" / "again.ckpt").exists()
 
 
 def test_the_partial_files_of_writes_a_kill_cut_short_are_removed_at_the_start(tmp_path):
