@@ -44,7 +44,7 @@ def concern(ctx: Context) -> Part:
     grace = grace if plan.in_job else None
     ledger = ctx.goodput and ctx.goodput.ledger
     io = made(AtomicCheckpointIO, pl)(point, ctx.status.busy, ledger)
-    last = made(LastCheckpoint, pl)(every, ctx.model_checkpoint, unprotected, point, grace, ledger, io.wait)
+    last = made(LastCheckpoint, pl)(every, ctx.model_checkpoint, unprotected, point, grace, ledger, io)
     cache = [made(CompileCache, pl)(ctx.model_checkpoint)] if config["compile_cache"] else []
 
     def attach(trainer) -> None:

@@ -150,5 +150,9 @@ class AtomicCheckpointIO:
         with self.busy("writing checkpoints"), self.timing("checkpoint stall"):
             self.writer.wait()
 
+    def announce(self) -> None:
+        """Say the saves of last.ckpt written since the last call (writer.py): every step, from the training thread."""
+        self.writer.announce()
+
     def teardown(self) -> None:
         self.wait()

@@ -84,15 +84,14 @@ class LastCheckpoint:
         resume_point=None,
         grace_s=None,
         ledger=None,
-        wait=None,
+        io=None,
     ):
         """every_n_steps: 0 for epoch ends and SIGTERM only; None: 0, or about a minute where `unprotected`.
         checkpoint: the ModelCheckpoint whose directory (its dirpath, once set up) holds last.ckpt; resume_point:
         what the job resumes from (resume.ResumePoint), named when it does; grace_s: a stop's grace, which the
         first save's time, its write waited for, is compared with (restarts.grace_line); ledger: the attempt's
-        goodput.Ledger, where a save is the training's stall; wait: until the saves in flight are written
-        (AtomicCheckpointIO.wait, whose writer says each last.ckpt once it is there), None where saves are
-        synchronous."""
+        goodput.Ledger, where a save is the training's stall; io: the AtomicCheckpointIO, whose writer says each
+        last.ckpt once it is there (io.announce, every step), None where saves are synchronous."""
         if every_n_steps is not None and every_n_steps < 0:  # `step % -1 == 0` would save at every step
             raise UserError(
                 f"last_checkpoint_every_n_steps={every_n_steps} is not a number of steps: give N > 0 for last.ckpt "
@@ -102,7 +101,7 @@ class LastCheckpoint:
         self.checkpoint, self.unprotected, self.resume_point = checkpoint, unprotected, resume_point
         self.grace_s = grace_s
         self.timing = ledger.timing if ledger else (lambda term: contextlib.nullcontext())
-        self.wait = wait  # None: a save is complete when trainer.save_checkpoint returns
+        self.io = io  # None: a save is complete when trainer.save_checkpoint returns
         self._saved_step = -1
         self._timing = None  # (first step timed, its clock) while the interval is being measured
 
@@ -113,11 +112,11 @@ class LastCheckpoint:
         with self.timing("checkpoint stall"):
             with fsdp.sharded_saves(trainer.strategy):  # fsdp: a folder of one file per rank (fsdp.py)
                 trainer.save_checkpoint(path, weights_only=False)  # every rank calls it; rank 0 writes (atomically)
-            if self.wait and (stop or self.grace_s):
-                self.wait()
+            if self.io and (stop or self.grace_s):
+                self.io.wait()
         self._saved_step = trainer.global_step
         if trainer.is_global_zero:
-            if fsdp.sharded(trainer.strategy) or not self.wait:  # complete here; else the writer says it once written
+            if fsdp.sharded(trainer.strategy) or not self.io:  # complete here; else the writer says it once written
                 say(lines.saved(trainer.current_epoch, trainer.global_step))
             if self.grace_s and (late := restarts.grace_line(self.clock() - started, self.grace_s)):
                 say(late)  # the first save's only: each later one would say the same
@@ -163,6 +162,8 @@ class LastCheckpoint:
             self.save(trainer)
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        if self.io:
+            self.io.announce()
         step = trainer.global_step
         if self.every_n_steps is None:
             self._measure(trainer, step)

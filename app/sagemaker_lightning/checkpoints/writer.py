@@ -179,13 +179,17 @@ class Writer:
         self._last = None  # (path, skeleton) of the last state written, while its file is there
         self.write_s = None  # the last write's time, from its snapshot to its complete file
         self._failed = False  # a job failed: the ones after it are skipped (no delete of a best whose successor failed)
+        # lines of saves written, said by the training thread: a line written from this thread could land between the
+        # text and the newline of a project's print() (a CI run lost a step line so)
+        self._said: list[str] = []
 
     def __getstate__(self):  # strategy="ddp_spawn" pickles the trainer's plugins into each new process
         self.wait()
         return {**self.__dict__, "_thread": None, "_snapshot": Snapshot(), "_writing": None, "_last": None}
 
     def _submit(self, what: str, fn, *args, said: str | None = None) -> concurrent.futures.Future:
-        """Run fn(*args) after the jobs asked for before; then say `said` (a save is said once its file is there)."""
+        """Run fn(*args) after the jobs asked for before; then `said` is to be said (announce): a save is said once its
+        file is there."""
         if self._thread is None:
             self._thread = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="checkpoint-writer")
 
@@ -198,7 +202,7 @@ class Writer:
                 self._failed = True
                 raise
             if said:
-                say(said)
+                self._said.append(said)
 
         future = self._thread.submit(job)
         self._jobs.append((what, future))
@@ -206,6 +210,7 @@ class Writer:
 
     def save(self, checkpoint: dict, path: str) -> None:
         """Write `checkpoint` to `path` in the background, or name the file that holds that very state."""
+        self.announce()
         shape = skeleton(checkpoint)
         said = lines.saved(checkpoint.get("epoch"), checkpoint.get("global_step")) if named_last(path) else None
         if self._last and self._last[1] == shape and self._snapshot.same(checkpoint):
@@ -232,6 +237,12 @@ class Writer:
         """Wait for every job asked for; the first that failed raises, as one line."""
         while self._jobs:
             self._check(self._jobs[0][1])
+        self.announce()
+
+    def announce(self) -> None:
+        """Say the saves written since the last call, from the calling (training) thread."""
+        while self._said:
+            say(self._said.pop(0))
 
     def _check(self, future) -> None:
         """Wait for `future` and the jobs before it, unless it was waited for; a UserError names the first that
