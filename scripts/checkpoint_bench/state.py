@@ -14,6 +14,8 @@ import time
 
 import torch
 
+from sagemaker_lightning.checkpoints import writer
+
 WIDTH = 2048  # the layers' width: 4.2M parameters a layer, so the default 25M is 6 layers
 
 
@@ -54,14 +56,8 @@ def checkpoint(net: torch.nn.Module) -> dict:
 
 
 def tensors(tree) -> list[torch.Tensor]:
-    """Every tensor in a nested dict/list, in a fixed order."""
-    if isinstance(tree, torch.Tensor):
-        return [tree]
-    if isinstance(tree, dict):
-        return [t for key in tree for t in tensors(tree[key])]
-    if isinstance(tree, (list, tuple)):
-        return [t for item in tree for t in tensors(item)]
-    return []
+    """Every tensor in a nested dict/list, in a fixed order: the runtime's own walk (checkpoints/writer.py)."""
+    return [t for _, t in writer.tensors(tree)]
 
 
 def nbytes(tree) -> int:
