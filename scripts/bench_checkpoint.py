@@ -5,7 +5,8 @@ and Adam's moments, about 25M parameters: last.ckpt about 300 MB by default),
             a process; the training thread's stall, the write's time, training steps' time while it is written
   s3        whole-file writes and reads on a moto server here (or a real bucket: --s3-url), each way against
             boto3's raw transfer of the same bytes
-  sharded   fsdp's sharded save through DCP on 2 gloo ranks: dcp.save against dcp.async_save (thread, process)
+  sharded   fsdp's sharded save through DCP on 2 gloo ranks: dcp.save against dcp.async_save (thread, process) and
+            the runtime's own (sharded_writer), their stall against the snapshot
   copies    the same state under a second name: written again, or a hard link; uploaded again, or a server-side copy
 Each figure is the fastest/median of --repeat runs, after one warm-up but for S3's transfers; the last line is
 machine-readable. The checkpoint_bench/ modules measure, one concern each. A full run took 9 minutes on a shared
@@ -172,11 +173,17 @@ def sharded_section(params: float, device: str, work: str, repeat: int) -> dict[
                          "-" if math.isnan(slower) else f"{slower:.2f}x", report.seconds(lost)])  # fmt: skip
             summary.setdefault(f"{key}_stall_s", report.spread(stalls)[0])
             summary.setdefault(f"{key}_lost_s", report.spread(lost)[1])
+    snapshots = [max(r["snapshot_s"][i] for r in ranks) for i in range(repeat)]
+    rows.append(["snapshot: the shards into kept host buffers", report.seconds(snapshots), "", "", ""])
+    summary["sharded_snapshot_s"] = report.spread(snapshots)[1]
     header = ["sharded save (slowest rank)", "stall s", "total s", "steps", "lost s"]
     print(f"\nsharded: {len(ranks)} ranks, {ranks[0]['bytes'] / 1e6:.0f} MB of tensors each; FSDP2 steps while it "
           f"is written against steps alone just before ({report.spread(alone)[1]:.3f} s), the training time each save "
           f"cost (lost); DCP's writer processes logged {sum(r['log_lines'] for r in ranks)} lines\n"
           f"{report.table(header, rows)}")  # fmt: skip
+    runtime = [max(r["runtime"][i]["stall_s"] for r in ranks) for i in range(repeat)]
+    stall = report.spread(runtime)[1] / summary["sharded_snapshot_s"]
+    print(report.verdict("the runtime's sharded save stalls (median)", stall, "x the snapshot", at_most=3))
     return summary
 
 

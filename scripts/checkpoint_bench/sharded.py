@@ -1,6 +1,8 @@
 """fsdp's sharded saves through torch's DCP, 2 ranks on gloo: dcp.save (what Lightning's ModelParallelStrategy and
-the runtime's sharded saves call) against dcp.async_save with a writer thread and with a writer process, each with a
-stager kept across saves (its host buffers reused) and cached save plans, while FSDP2 training steps run.
+the runtime's sharded saves called before) against dcp.async_save with a writer thread and with a writer process,
+each with a stager kept across saves (its host buffers reused) and cached save plans, and against the runtime's own
+save (checkpoints/sharded_writer.py), while FSDP2 training steps run; and the snapshot a save must block for (the
+shards copied into kept host buffers), the target's measure.
 
 Each rank holds its shard of the state (FSDP2's fully_shard over state.model, Adam's moments sharded alike); the
 stall is the time the async_save call blocks the rank, the total the time until its future completes. Async saves use
@@ -15,6 +17,7 @@ import math
 import os
 import socket
 import time
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
@@ -26,6 +29,7 @@ LABELS = {  # the ways, by their key in the figures
     "dcp_sync": "dcp.save (sync, today)",
     "dcp_thread": "dcp.async_save, writer thread",
     "dcp_process": "dcp.async_save, writer process",
+    "runtime": "the runtime's save (sharded_writer)",
 }
 ALONE_STEPS = 3  # training steps timed alone just before each background save: its baseline
 CPU_RANKS = 2  # on a CPU: 2 processes on gloo; on GPUs one process a GPU (gloo for the CPU, NCCL for the GPUs)
@@ -78,6 +82,9 @@ def rank_main(rank: int, port: int, params: float, device: str, folder: str, rep
     from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
     from torch.distributed.checkpoint.state_dict_saver import AsyncCheckpointerType
 
+    from sagemaker_lightning.checkpoints.sharded_writer import ShardedWriter
+    from sagemaker_lightning.checkpoints.writer import Writer
+
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))  # the writer process's own group finds it
     # DCP's writer process logs each save at INFO on the root logger, to the stderr it inherits: kept in a file
     log = os.open(os.path.join(folder, f"rank{rank}.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND)
@@ -102,11 +109,20 @@ def rank_main(rank: int, port: int, params: float, device: str, folder: str, rep
         took = time.perf_counter() - start
         return {"stall_s": took, "total_s": took, "steps": 0, "step_s": math.nan, "alone_s": math.nan}
 
-    def background(kind, stager):
+    def background(start_save):
+        """A save that start_save() begins and whose future it returns, timed while training steps run."""
         alone_s = sum(timed(step) for _ in range(ALONE_STEPS)) / ALONE_STEPS  # this moment's baseline
         dist.barrier()
         start = time.perf_counter()
-        future = dcp.async_save(
+        future = start_save()
+        stall = time.perf_counter() - start
+        steps, step_s = until(step, future)
+        future.result()
+        took = time.perf_counter() - start
+        return {"stall_s": stall, "total_s": took, "steps": steps, "step_s": step_s, "alone_s": alone_s}
+
+    def dcp_async(kind, stager):
+        return lambda: dcp.async_save(
             tree,
             checkpoint_id=target(),
             process_group=side,
@@ -114,24 +130,36 @@ def rank_main(rank: int, port: int, params: float, device: str, folder: str, rep
             async_stager=stager,
             planner=DefaultSavePlanner(enable_plan_caching=True),
         )
-        stall = time.perf_counter() - start
-        steps, step_s = until(step, future)
-        future.result()
-        took = time.perf_counter() - start
-        return {"stall_s": stall, "total_s": took, "steps": steps, "step_s": step_s, "alone_s": alone_s}
+
+    runtime = ShardedWriter(Writer())
+
+    def runtime_save():  # a checkpoint as Lightning's dump makes it: the shards, and loops and callbacks for meta.pt
+        checkpoint = {"state_dict": tree["model"], "optimizer_states": [tree["optim"]], "epoch": 0, "loops": {}}
+        return runtime.save({**checkpoint, "global_step": next(saves)}, Path(folder, "last.ckpt"))
+
+    def snapshot():
+        """The copy a save must block for: the rank's shards into host buffers kept from the copy before."""
+        start = time.perf_counter()
+        snapshot_stager.stage(tree)
+        return time.perf_counter() - start
 
     thread_stager = DefaultStager(StagingOptions(cuda, False, False, False))
     process_stager = DefaultStager(StagingOptions(cuda, True, False, False))
+    snapshot_stager = DefaultStager(StagingOptions(cuda, False, False, False))
     ways = {
         "dcp_sync": sync,
-        "dcp_thread": lambda: background(AsyncCheckpointerType.THREAD, thread_stager),
-        "dcp_process": lambda: background(AsyncCheckpointerType.PROCESS, process_stager),
+        "dcp_thread": lambda: background(dcp_async(AsyncCheckpointerType.THREAD, thread_stager)),
+        "dcp_process": lambda: background(dcp_async(AsyncCheckpointerType.PROCESS, process_stager)),
+        "runtime": lambda: background(runtime_save),
     }
     for name, save in ways.items():
         results["first " + name] = save()  # the stager's buffers made, the plan cached, the writer process started
         results[name] = [save() for _ in range(repeat)]
-    for stager in (thread_stager, process_stager):
+    snapshot()  # its buffers made
+    results["snapshot_s"] = [snapshot() for _ in range(repeat)]
+    for stager in (thread_stager, process_stager, snapshot_stager):
         stager.close()
+    runtime.close()
     with open(os.path.join(folder, f"rank{rank}.json"), "w") as f:
         json.dump(results, f)
     dist.barrier()

@@ -11,6 +11,7 @@ import time
 
 import proctree
 import torch
+from torch.distributed.checkpoint import FileSystemWriter
 
 from sagemaker_lightning.checkpoints import writer
 from sagemaker_lightning.cli.lightning_package import package
@@ -23,7 +24,8 @@ class KillRank(pl.Callback):
     process of its host): at the start of one step, or inside a write at that step of the file `at` (last.ckpt,
     model.pt; checkpoints are written by the runtime's writer thread): halfway through writing its temporary file,
     just before its rename into place (its content complete under its temporary name), or at the start of its
-    upload to S3 (the previous object already copied)."""
+    upload to S3 (the previous object already copied). Under fsdp, "write" at last.ckpt cuts the rank's shards of
+    the save at `step` in half once DCP's writer thread has written them, before any rank's save is complete."""
 
     def __init__(
         self, rank: int = 1, step: int = 2, at: str | None = None, attempt: int | None = None, during: str = "rename"
@@ -60,7 +62,18 @@ class KillRank(pl.Callback):
                 os.kill(os.getpid(), signal.SIGKILL)
             return upload(data, url)
 
+        def shards_half(storage, plan, planner):
+            written = write_shards(storage, plan, planner)  # this rank's file, whole, in DCP's writer thread
+            named = f"step-{self.step:09d}-" in str(storage.path)  # the save of that step: training has gone on
+            if self.during == "write" and self.at == "last.ckpt" and named and trainer.global_rank == self.rank:
+                for file in (os.path.join(storage.path, n) for n in os.listdir(storage.path) if n.endswith(".distcp")):
+                    os.truncate(file, os.path.getsize(file) // 2)
+                os.kill(os.getpid(), signal.SIGKILL)
+            return written
+
         os.replace, torch.save, writer.upload = replace_unless_here, save_half, upload_unless_here
+        write_shards = FileSystemWriter.write_data  # fsdp's last.ckpt/: each rank's shards (sharded_writer.py)
+        FileSystemWriter.write_data = shards_half
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
         if self.at is None and self._here(trainer):

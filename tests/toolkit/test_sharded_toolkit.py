@@ -1,7 +1,7 @@
 """trainer.strategy=fsdp on two toolkit hosts (localhost, 127.0.0.1) on CPU with gloo, in four small jobs: the
 consolidated export, the sharded checkpoint SIGTERM writes, and exact resume after SIGKILL from the checkpoint
 directory as S3 gives it back. MobileNet-V3-Small (BatchNorm, 11 blocks) keeps them cheap: the container tier trains
-a ConvNeXt."""
+a ConvNeXt. The kill cuts a save's background write short: the job resumes from the complete save before it."""
 
 import os
 import re
@@ -69,16 +69,19 @@ def test_fsdp_exports_stops_on_sigterm_and_resumes_a_killed_run_exactly(run_host
     assert sharded_saves.missing(ckpts / "last.ckpt" / save) == [] and save.startswith(f"step-{step:09d}-")
     assert step < 4  # so that the next job saves at step 4 before it is killed
 
-    # resumed from SIGTERM's save, then rank 0 SIGKILLed at step 5, after the save at step 4
-    kill = {"trainer.callbacks+": "faults.KillRank", "trainer.callbacks.rank": 0, "trainer.callbacks.step": 5}
+    # resumed from SIGTERM's save, then rank 0 SIGKILLed inside the background write of the save at step 4: its shards
+    # written halfway, no .metadata (DCP writes it once every rank's file is whole), training gone on meanwhile
+    kill = {"trainer.callbacks+": "faults.KillRank", "trainer.callbacks.rank": 0, "trainer.callbacks.step": 4}
+    kill |= {"trainer.callbacks.at": "last.ckpt", "trainer.callbacks.during": "write"}
     hps = {**FSDP, **kill, "checkpoint.dirpath": str(ckpts)}
     killed, _ = run_hosts(HOSTS, hps, {"training": archive_dir}, env={"PYTHONPATH": PLUGINS})
     assert f"resuming at epoch 0 step {step} from last.ckpt" in killed.output, killed.output[-3000:]
-    assert killed.returncode != 0 and "saved last.ckpt at epoch 0 step 4" in killed.output
+    assert killed.returncode != 0 and "saved last.ckpt at epoch 0 step 4" not in killed.output  # said once complete
     restored = tmp_path / "restored"  # what a restarted job gets back from checkpoint_s3_uri
     shutil.copytree(ckpts, restored)
     resumed = run_hosts(HOSTS, {**FSDP, "checkpoint.dirpath": str(restored)}, {"training": archive_dir})
     assert all(host.returncode == 0 for host in resumed), resumed[0].output[-3000:]
-    assert "resuming at epoch 0 step 4 from last.ckpt" in resumed[0].output
+    assert re.search(r"not resuming from step-000000004-\d+ lacks .metadata", resumed[0].output), resumed[0].output
+    assert f"resuming at epoch 0 step {step} from last.ckpt" in resumed[0].output
     assert final_digests(*resumed) == digests  # the uninterrupted run's weights
     assert torch.load(resumed[0].path("model", "model.pt"), weights_only=True).keys() == exported.state_dict().keys()

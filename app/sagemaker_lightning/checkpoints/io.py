@@ -2,8 +2,8 @@
 pickle, and whoever can write to the checkpoint location could otherwise run code in the job), pathlib's paths
 admitted (hyperparameters hold them) and a class torch does not admit named with its fix, on the CPU; a read that
 fails for a transient reason (S3 throttling, a timeout, a dropped connection) tried again. Neither is taken for a
-corrupt file. Written: in the background and atomically (writer.py), by AtomicCheckpointIO, the trainer's
-CheckpointIO plugin.
+corrupt file. Written: in the background and atomically, whole files (writer.py) and fsdp's shards
+(sharded_writer.py), by AtomicCheckpointIO, the trainer's CheckpointIO plugin.
 
     python -c "from sagemaker_lightning.checkpoints import io; print(io.read('ckpts/last.ckpt').keys())"
 """
@@ -125,6 +125,7 @@ class AtomicCheckpointIO:
         self.busy = busy or (lambda what: contextlib.nullcontext())
         self.timing = ledger.timing if ledger else (lambda term: contextlib.nullcontext())
         self.writer = Writer()
+        self.sharded = None  # fsdp's last.ckpt/ (sharded_writer.ShardedWriter), made at its first save
 
     def load_checkpoint(self, path, *args, weights_only=None, **kwargs):
         self.wait()  # the file may be a save still in flight
@@ -138,9 +139,15 @@ class AtomicCheckpointIO:
             raise UserError(f"cannot load {path}: {type(e).__name__}: {e}; delete it, or give another") from None
 
     def save_checkpoint(self, checkpoint, path, storage_options=None):
+        from sagemaker_lightning.checkpoints import sharded_writer  # it reads saves with this module's readers
+
         # a save waits for the one in flight: peers that wait for it see no hang
         with self.busy(f"saving {os.path.basename(str(path))}"), self.timing("checkpoint stall"):
-            self.writer.save(checkpoint, str(path))
+            if sharded_writer.sharded(checkpoint):  # every rank: its shards
+                self.sharded = self.sharded or sharded_writer.ShardedWriter(self.writer)
+                self.sharded.save(checkpoint, pathlib.Path(path))
+            else:  # global rank 0: the whole file
+                self.writer.save(checkpoint, str(path))
 
     def remove_checkpoint(self, path) -> None:
         self.writer.remove(str(path))
@@ -156,3 +163,5 @@ class AtomicCheckpointIO:
 
     def teardown(self) -> None:
         self.wait()
+        if self.sharded:
+            self.sharded.close()

@@ -116,7 +116,7 @@ class LastCheckpoint:
                 self.io.wait()
         self._saved_step = trainer.global_step
         if trainer.is_global_zero:
-            if fsdp.sharded(trainer.strategy) or not self.io:  # complete here; else the writer says it once written
+            if not self.io:  # complete here; else the writer says it once written
                 say(lines.saved(trainer.current_epoch, trainer.global_step))
             if self.grace_s and (late := restarts.grace_line(self.clock() - started, self.grace_s)):
                 say(late)  # the first save's only: each later one would say the same

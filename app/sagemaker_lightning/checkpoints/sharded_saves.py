@@ -6,7 +6,7 @@ Under checkpoint.dirpath (SageMaker: /opt/ml/checkpoints) `last.ckpt/` is a dire
 `meta.pt` (loops, callbacks, the training loader's position). A save counts once DCP's `.metadata` (written after
 every rank has written its file) and `meta.pt` (renamed into place) load and every file `.metadata` names is there at
 the size it records: a kill during a save, or an upload to S3 cut short, leaves an incomplete folder that resume
-skips. After each save the complete save before it stays too, never fewer (FullyShardedStrategy.save_checkpoint):
+skips. After each save the complete save before it stays too, never fewer (sharded_writer.py, which writes them):
 SageMaker uploads the directory in the background and deletes in S3 what is deleted here, so a save still uploading
 when the job is reclaimed must not be the only one. Each rank writes into its own host's directory; on SageMaker each
 host's /opt/ml/checkpoints goes to the same checkpoint_s3_uri and comes back whole on every host of a restarted job,
@@ -25,7 +25,6 @@ import enum
 import os
 import pickle
 import re
-import time
 import zipfile
 from pathlib import Path
 
@@ -41,7 +40,6 @@ from torch.distributed.checkpoint.state_dict import (
     set_optimizer_state_dict,
 )
 
-from sagemaker_lightning.checkpoints.atomic import prune, replacing
 from sagemaker_lightning.checkpoints.io import PATHS, UnsafeGlobal, admitted, refusal
 from sagemaker_lightning.checkpoints.location import remote, unlinked
 from sagemaker_lightning.failure import UserError
@@ -171,28 +169,6 @@ def step(name: str) -> int | None:
     """The global step of the save named `name` (SAVE); None for another name (a whole-file checkpoint's)."""
     found = SAVE.fullmatch(name)
     return int(found[1]) if found else None
-
-
-def save(strategy, checkpoint: dict, root: Path, previous: str | None) -> str:
-    """Every rank calls it: a new save in `root` (last.ckpt/), each rank writing its shards; once it is complete on
-    every host, the saves before `previous` (the complete one before this, written or resumed from by this run) and
-    those cut short go (atomic.prune). Returns the new save's name."""
-    name = strategy.broadcast(f"step-{checkpoint['global_step']:09d}-{time.time_ns()}")  # a new folder, never reused
-    unlinked(str(root), str(root.parent))  # made since the start: DCP would write where it names
-    target = root / name  # rank 0's path (ModelCheckpoint broadcasts it); on SageMaker each host's /opt/ml/...
-    state = {"state_dict": checkpoint.pop("state_dict")}
-    state.update({f"optimizer_{i}": s for i, s in enumerate(checkpoint.pop("optimizer_states", []))})
-    try:
-        dcp.save(state, checkpoint_id=target)  # each rank writes its file; rank 0 writes .metadata after all did
-    except CheckpointException as e:  # a full disk, say: reported as such
-        raise first_failure(e) from e
-    if strategy.global_rank == 0:
-        with replacing(str(target / META)) as partial:
-            torch.save({**checkpoint, "world_size": strategy.world_size}, partial)
-    strategy.barrier()
-    if committer(os.listdir(target)) == strategy.global_rank:  # in each directory, the first rank that wrote there
-        prune(str(root), {name, previous})
-    return name
 
 
 class MetadataUnpickler(pickle.Unpickler):

@@ -187,9 +187,9 @@ class Writer:
         self.wait()
         return {**self.__dict__, "_thread": None, "_snapshot": Snapshot(), "_writing": None, "_last": None}
 
-    def _submit(self, what: str, fn, *args, said: str | None = None) -> concurrent.futures.Future:
-        """Run fn(*args) after the jobs asked for before; then `said` is to be said (announce): a save is said once its
-        file is there."""
+    def queue(self, what: str, fn, *args, said: str | None = None) -> concurrent.futures.Future:
+        """Run fn(*args) after the jobs asked for before (`what`: what it does, in the line of its failure); then
+        `said` is to be said (announce): a save is said once its file is there."""
         if self._thread is None:
             self._thread = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="checkpoint-writer")
 
@@ -215,12 +215,12 @@ class Writer:
         said = lines.saved(checkpoint.get("epoch"), checkpoint.get("global_step")) if named_last(path) else None
         if self._last and self._last[1] == shape and self._snapshot.same(checkpoint):
             if self._last[0] != path:  # else that file holds it already
-                self._submit(f"linking {path}", duplicate, self._last[0], path, said=said)
+                self.queue(f"linking {path}", duplicate, self._last[0], path, said=said)
             return
         self._check(self._writing)
         started = time.monotonic()
         snapshot = self._snapshot.take(checkpoint)
-        self._writing = self._submit(f"writing {path}", self._timed, started, snapshot, path, said=said)
+        self._writing = self.queue(f"writing {path}", self._timed, started, snapshot, path, said=said)
         self._last = (path, shape)
 
     def _timed(self, started: float, snapshot: dict, path: str) -> None:
@@ -231,7 +231,7 @@ class Writer:
         """Remove `path` once the writes asked for before are done (a newer best checkpoint is complete first)."""
         if self._last and self._last[0] == path:
             self._last = None
-        self._submit(f"removing {path}", remove, path)
+        self.queue(f"removing {path}", remove, path)
 
     def wait(self) -> None:
         """Wait for every job asked for; the first that failed raises, as one line."""

@@ -15,7 +15,8 @@ Interface (the rest of the runtime wires these; docs/fsdp.md is the user's side)
     full_state_dict(strategy, module)   every rank calls it; rank 0 gets the consolidated weights (checkpoints/export.py)
     progress.weights_digest             gathers sharded weights (DTensor.full_tensor), so every rank calls it
 
-Checkpoint layout, how a save is written and read, which one a job resumes from: checkpoints/sharded_saves.py.
+Checkpoint layout, how a save is read, which one a job resumes from: checkpoints/sharded_saves.py; how one is written
+(every rank hands its shards to the CheckpointIO, which writes them in the background): checkpoints/sharded_writer.py.
 
     python app/example/train.py --trainer.strategy fsdp --trainer.devices 2 --trainer.accelerator cpu \\
         --model.arch convnext_tiny --fsdp.activation_checkpointing true --checkpoint.dirpath ckpts --model_dir out
@@ -27,7 +28,7 @@ from pathlib import Path
 
 import torch
 from torch import nn
-from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict, get_optimizer_state_dict
 
 try:
     from torch.distributed.fsdp import FSDPModule
@@ -87,8 +88,6 @@ class FullyShardedStrategy:
         self.settings = settings
         self.cluster_environment = cluster_environment
         self._buffers: list[torch.Tensor] = []
-        self._previous: str | None = None  # the newest complete save in last.ckpt/ this run wrote or resumed from
-        self._before: str | None = None  # the complete save of an earlier step than _previous's, this run's
 
     def setup_environment(self) -> None:
         # Lightning's data_parallel × tensor_parallel mesh, all data-parallel; the sharding mesh is made in setup()
@@ -137,6 +136,10 @@ class FullyShardedStrategy:
         if fitting and not offload:
             lightning._optimizers_to_device(self.optimizers, self.root_device)
 
+    def teardown(self) -> None:
+        self.checkpoint_io.teardown()  # the saves in flight end (ModelParallelStrategy's own teardown skips it)
+        super().teardown()
+
     def setup_optimizers(self, trainer) -> None:
         super().setup_optimizers(trainer)
         rebind(self.optimizers, self._unsharded, dict(self.model.named_parameters()))
@@ -169,21 +172,31 @@ class FullyShardedStrategy:
         # always rank 0 (its plans balance the writes), so a save could mix both ranks' BatchNorm statistics and a
         # resumed run would drift from an uninterrupted one (seen with MobileNet-V3, 2 processes)
         self._sync_buffers()
-        return super().lightning_module_state_dict()
+        if not self._save_distributed_checkpoint:
+            return super().lightning_module_state_dict()  # gathered into rank 0's host memory
+        return get_model_state_dict(self.model)  # the shards where they are: the save copies them (sharded_writer)
+
+    def optimizer_state(self, optimizer) -> dict:
+        if not self._save_distributed_checkpoint:
+            return super().optimizer_state(optimizer)
+        return get_optimizer_state_dict(self.model, getattr(optimizer, "_optimizer", optimizer))
+
+    @contextlib.contextmanager
+    def sharded_state(self):
+        """Checkpoints saved inside hold the shards, each rank's (last.ckpt); outside one file, gathered (the best)."""
+        self._save_distributed_checkpoint = True
+        try:
+            yield
+        finally:
+            self._save_distributed_checkpoint = False
 
     def save_checkpoint(self, checkpoint: dict, filepath, storage_options=None) -> None:
         if not self._save_distributed_checkpoint:
             return super().save_checkpoint(checkpoint, filepath, storage_options)  # one file, written by rank 0
-        # a second save at a step (last.ckpt saved again once ModelCheckpoint updated its state) replaces that step's:
-        # the save of the step before stays beside it (it went, and a save cut short would have left nothing older)
-        again = self._previous is not None and layout.step(self._previous) == checkpoint["global_step"]
-        if not again:
-            self._before = self._previous
-        self._previous = layout.save(self, checkpoint, Path(filepath), self._before if again else self._previous)
+        self.checkpoint_io.save_checkpoint(checkpoint, filepath)  # every rank: its shards (sharded_writer.py)
 
     def load_checkpoint(self, checkpoint_path, weights_only=None) -> dict:
         path = Path(self.broadcast(str(checkpoint_path)))  # rank 0's choice (resume.ResumePoint)
-        self._previous, self._before = path.name, None  # complete: kept beside the next save
         weights_only = weights_only is not False  # torch before 2.6 (the SMDDP flavors') loads any pickle by default
         if path.is_dir():  # a sharded save, read so that nothing in it runs
             return layout.load(self, path, weights_only)
@@ -195,17 +208,9 @@ def sharded(strategy) -> bool:
     return isinstance(strategy, FullyShardedStrategy)
 
 
-@contextlib.contextmanager
 def sharded_saves(strategy):
     """Checkpoints saved inside are sharded (one file per rank) under trainer.strategy=fsdp; unchanged otherwise."""
-    if not sharded(strategy):
-        yield
-        return
-    strategy._save_distributed_checkpoint = True
-    try:
-        yield
-    finally:
-        strategy._save_distributed_checkpoint = False
+    return strategy.sharded_state() if sharded(strategy) else contextlib.nullcontext()
 
 
 def full_state_dict(strategy, module: nn.Module) -> dict[str, torch.Tensor]:

@@ -1,0 +1,111 @@
+"""fsdp's sharded saves (last.ckpt/, layout in sharded_saves.py) written in the background: DCP's `async_save` stages
+each rank's shards into host buffers kept from one save to the next (pinned, from a GPU) and returns; its writer
+thread writes them, and the process's checkpoint writer (writer.py) then keeps the saves as one rule says: the new
+one and the complete one before it, the others pruned (atomic.prune), never a save still in flight.
+
+Every rank calls `save` at the same step (LastCheckpoint). DCP's collectives for a save (its plans, the write's end,
+after which rank 0 writes `.metadata`) run on a gloo group of their own: on the training's group they would
+interleave with the steps' collectives. A save's plans are cached (DefaultSavePlanner's plan caching): the next saves
+of the same shapes skip planning. At most one save is in flight: a save asked for while one is written waits for it.
+A rank's save ends once DCP's write ends on every rank (rank 0 has written `.metadata`), so the save is complete on
+every host when any rank sees it end: each host's committer (sharded_saves.committer) prunes its own directory then.
+
+Measured with scripts/bench_checkpoint.py --only sharded (2 ranks on gloo, 151 MB a rank; 2 AMD EPYC cores, torch
+2.14.1; docs/performance.md): a save stalls training 0.05 s against dcp.save's 0.69 s; a writer process stalls 0.03 s
+but its first save took 10.9 s (the process's start), so a thread.
+
+    python app/example/train.py --trainer.strategy fsdp --trainer.devices 2 --trainer.accelerator cpu \\
+        --checkpoint.dirpath ckpts --last_checkpoint_every_n_steps 5
+"""
+
+import os
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.api import CheckpointException
+from torch.distributed.checkpoint.default_planner import DefaultSavePlanner
+from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
+from torch.distributed.tensor import DTensor
+
+from sagemaker_lightning import lines
+from sagemaker_lightning.checkpoints.atomic import prune, replacing
+from sagemaker_lightning.checkpoints.location import unlinked
+from sagemaker_lightning.checkpoints.sharded_saves import META, committer, first_failure, newest_complete, step
+
+
+def sharded(checkpoint: dict) -> bool:
+    """Whether `checkpoint` holds shards (DTensors: fsdp's last.ckpt), written by every rank, not one file."""
+    return any(isinstance(t, DTensor) for t in (checkpoint.get("state_dict") or {}).values())
+
+
+class ShardedWriter:
+    """The sharded saves of one process (module docstring); `writer`: the process's writer.Writer, whose thread ends
+    each save (its errors then raised as one line at the next save or wait, as a whole file's)."""
+
+    def __init__(self, writer):
+        self.writer = writer
+        self._group = None  # DCP's collectives, made at the first save (every rank makes it then)
+        self._stager = None  # host buffers for the shards, kept across saves
+        self._previous: str | None = None  # the newest save this run wrote or resumed from (its name)
+        self._before: str | None = None  # the complete save of an earlier step than _previous's
+
+    def _start(self, root: Path) -> None:
+        """The group, the buffers, and the save this run resumed from (rank 0's newest complete: kept beside the
+        first save; on another host .metadata is only on rank 0's)."""
+        self._group = dist.new_group(backend="gloo")
+        self._stager = DefaultStager(StagingOptions(torch.cuda.is_available(), False, False, False))
+        resumed = newest_complete(root)[0] if root.is_dir() and dist.get_rank() == 0 else None
+        names = [resumed.name if resumed else None]
+        dist.broadcast_object_list(names, src=0, group=self._group)
+        self._previous = names[0]
+
+    def save(self, checkpoint: dict, root: Path):
+        """A new save in `root` (last.ckpt/), each rank its shards; rank 0 writes meta.pt (loops, callbacks) now.
+        Returns the future of the save's end (the bench's)."""
+        self.writer.wait()  # the save in flight, and its prune
+        if self._group is None:
+            self._start(root)
+        names = [f"step-{checkpoint['global_step']:09d}-{time.time_ns()}"]  # a new folder, never reused
+        dist.broadcast_object_list(names, src=0, group=self._group)
+        name = names[0]
+        unlinked(str(root), str(root.parent))  # made since the start: DCP would write where it names
+        # a second save at a step (last.ckpt again once ModelCheckpoint updated its state) replaces that step's: the
+        # save of the step before stays beside it (it went, and a save cut short would have left nothing older)
+        again = self._previous is not None and step(self._previous) == checkpoint["global_step"]
+        if not again:
+            self._before = self._previous
+        keep = {name, self._before if again else self._previous}
+        self._previous = name
+        target = root / name
+        state = {"state_dict": checkpoint.pop("state_dict")}
+        state.update({f"optimizer_{i}": s for i, s in enumerate(checkpoint.pop("optimizer_states", []))})
+        future = dcp.async_save(
+            state,
+            checkpoint_id=target,
+            process_group=self._group,
+            async_stager=self._stager,
+            planner=DefaultSavePlanner(enable_plan_caching=True),
+        )
+        if dist.get_rank() == 0:
+            os.makedirs(target, exist_ok=True)
+            with replacing(str(target / META)) as partial:
+                torch.save({**checkpoint, "world_size": dist.get_world_size()}, partial)
+        said = lines.saved(checkpoint.get("epoch"), checkpoint["global_step"]) if dist.get_rank() == 0 else None
+        return self.writer.queue(f"writing {target}", self._end, future, root, target, keep, said=said)
+
+    def _end(self, future, root: Path, target: Path, keep: set) -> None:
+        try:
+            future.result()
+        except CheckpointException as e:  # a BaseException: as the rank's own error (a full disk, say)
+            raise first_failure(e) from e
+        if committer(os.listdir(target)) == dist.get_rank():  # in each directory, the first rank that wrote there
+            prune(str(root), keep)
+
+    def close(self) -> None:
+        """Free the buffers (the trainer's teardown, after the last save's end)."""
+        if self._stager is not None:
+            self._stager.close()
+        self._stager, self._group = None, None
