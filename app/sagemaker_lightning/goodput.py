@@ -116,12 +116,13 @@ class Attempt:
         self.again_until = -1  # the step up to which this attempt trains again what a killed one had trained
         self.step = 0  # the highest step this attempt reached
         self.training = False  # whether this attempt has begun its first step: only then is there a goodput to say
+        self.ended = None  # the wall clock at its fit's end (Goodput._finish), where its wall time stops
 
     def record(self) -> dict:
-        """This attempt's record so far: its wall time, its terms, the step it reached."""
+        """This attempt's record so far: its wall time (to its fit's end, once ended), its terms, the step it reached."""
         return {
             "id": self.id,
-            "wall": self.wall() - self.start,
+            "wall": (self.wall() if self.ended is None else self.ended) - self.start,
             "seconds": dict(self.ledger.seconds),
             "steps_again": self.ledger.steps_again,
             "step": self.step,
@@ -240,7 +241,10 @@ class Goodput:
     def _finish(self, trainer) -> None:
         """The end term (the rest of this attempt's time since its last accounted moment), the ledger written, the
         figures to the logger."""
-        self.ledger.spent("end", self.attempt.wall() - self.attempt.start - self.ledger.accounted())
+        # the wall time stops with the end term: the line, the run's figures and a failure's line, said at moments a
+        # while apart under load, give the same figures, and the terms add up to the wall time
+        self.attempt.ended = self.attempt.wall()
+        self.ledger.spent("end", self.attempt.ended - self.attempt.start - self.ledger.accounted())
         self.attempt.write()
         if trainer.logger is not None:
             trainer.logger.log_metrics(self.attempt.figures(), trainer.global_step)

@@ -122,6 +122,19 @@ def test_each_term_is_the_time_spent_in_it_and_the_terms_add_up_to_the_wall_time
     assert capsys.readouterr().out.startswith("goodput ")
 
 
+def test_what_is_said_after_the_fits_end_is_what_its_line_said(capsys):
+    """An attempt's wall time stops at its fit's end: the figures read after the line (the MLflow run's at its end, a
+    failure's line), a while later under load, are the line's. Before the end it grows (the ledger, "so far")."""
+    clock = Clocks()
+    running = goodput.Attempt(goodput.Ledger(), clock.now, wall=clock)
+    clock.now += 5.0
+    assert running.record()["wall"] == 5.0
+    attempt = timeline()
+    said, figures, record = capsys.readouterr().out.strip(), attempt.figures(), attempt.record()
+    attempt.wall.now += 5.0  # the time between the line and a later reading
+    assert attempt.line() == said and attempt.figures() == figures and attempt.record() == record
+
+
 def test_a_killed_attempts_steps_after_its_last_save_are_trained_again_and_said(tmp_path):
     """The killed attempt's ledger (written as it trained) got to step 6; its checkpoint holds step 4: the next
     attempt trains steps 5 and 6 again, under their own term."""

@@ -1,11 +1,15 @@
 """Saves in the background (checkpoints/writer.py): the training thread returns after the snapshot, at most one save
 is in flight, the same state is written once, a removal waits its turn, and a write that fails is one line in the
-training thread with the save before it kept. The writes here are held back by an event, not timed.
+training thread with the save before it kept, a stop's final save included (a job in this process). The writes here
+are held back by an event, not timed.
 
     .venv/bin/pytest tests/unit/checkpoints/test_background_saves.py
 """
 
+import errno
+import functools
 import os
+import signal
 import threading
 
 import pytest
@@ -167,3 +171,52 @@ def test_last_ckpt_is_said_saved_once_its_file_is_there(tmp_path, held, capsys):
     release.set()
     io.wait()
     assert capsys.readouterr().out == "saved last.ckpt at epoch 0 step 4\n"
+
+
+def test_a_stops_final_save_that_fails_ends_the_job_in_one_line_naming_it_and_the_save_before_it_stays(
+    as_script, tmp_path, monkeypatch, capsys, request
+):
+    """SIGTERM after step 3, last.ckpt saved at step 2; the stop's save at step 3 finds the disk full halfway through
+    its file. The job ends in one line naming that write (not "stopped ... after saving last.ckpt"), on stderr and in
+    the failure file, and a restart still resumes from step 2, no half file left."""
+    from pytorch_lightning.demos.boring_classes import BoringModel
+
+    from sagemaker_lightning import LightningCLI
+    from sagemaker_lightning.boot import signals
+    from sagemaker_lightning.checkpoints import resume
+
+    job = {"SM_HOSTS": '["localhost"]', "SM_CURRENT_HOST": "localhost", "SM_NUM_GPUS": "0"}
+    monkeypatch.setattr(os, "environ", {**os.environ, **job, "SM_OUTPUT_DIR": str(tmp_path)})
+    monkeypatch.setattr(signals, "RUN_DIR", str(tmp_path / "run"))
+    # the error raised in on_exception skips Lightning's teardown, which would put this process's handler back: a
+    # SIGTERM to pytest (or to a child it forks) would only set a dead trainer's flag
+    request.addfinalizer(functools.partial(signal.signal, signal.SIGTERM, signal.getsignal(signal.SIGTERM)))
+    save = torch.save
+
+    def full_at_the_stop(obj, f, *args, **kwargs):
+        if threading.current_thread() is not threading.main_thread() and obj["global_step"] == 3:
+            with open(f, "wb") as half:
+                half.write(b"PK half a checkpoint")
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(f))
+        return save(obj, f, *args, **kwargs)
+
+    monkeypatch.setattr(background.torch, "save", full_at_the_stop)
+
+    class Stopped(BoringModel):
+        def on_train_batch_end(self, outputs, batch, batch_idx):
+            if self.global_step == 3:
+                self.trainer._signal_connector._sigterm_notifier_fn(signal.SIGTERM, None)  # its SIGTERM handler
+
+    ckpts = tmp_path / "ckpts"
+    args = ["fit", "--trainer.max_steps=8", "--trainer.accelerator=cpu", "--trainer.limit_val_batches=0"]
+    args += ["--trainer.logger=false", "--trainer.enable_progress_bar=false", "--trainer.enable_model_summary=false"]
+    args += [f"--checkpoint.dirpath={ckpts}", f"--trainer.default_root_dir={tmp_path}"]
+    with pytest.raises(SystemExit) as exit:
+        as_script(LightningCLI, Stopped, args=[*args, "--last_checkpoint_every_n_steps=2"], save_config_callback=None)
+    errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("ERROR: ")]
+    assert exit.value.code == 1 and len(errors) == 1, errors
+    said = f"writing {ckpts / 'last.ckpt'} failed in the background (OSError: [Errno {errno.ENOSPC}] "
+    assert errors[0].startswith(f"ERROR: {said}") and "the save before it is kept" in errors[0], errors
+    assert (tmp_path / "failure").read_text() == errors[0].removeprefix("ERROR: ") + "\n"
+    kept = resume.resume_path(str(ckpts), announce=False)  # what the restarted job resumes from
+    assert kept and resume.resumable_step(kept, None) == 2 and os.listdir(ckpts).count(".last.ckpt.partial") == 0
