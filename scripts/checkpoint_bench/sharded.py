@@ -131,7 +131,7 @@ def rank_main(rank: int, port: int, params: float, device: str, folder: str, rep
             planner=DefaultSavePlanner(enable_plan_caching=True),
         )
 
-    runtime = ShardedWriter(Writer())
+    runtime = ShardedWriter(Writer(), timeout_s=600)
 
     def runtime_save():  # a checkpoint as Lightning's dump makes it: the shards, and loops and callbacks for meta.pt
         checkpoint = {"state_dict": tree["model"], "optimizer_states": [tree["optim"]], "epoch": 0, "loops": {}}

@@ -43,7 +43,7 @@ def concern(ctx: Context) -> Part:
     every, grace = config["last_checkpoint_every_n_steps"], restarts.grace_s(config["stop_grace_s"], plan.on_sagemaker)
     grace = grace if plan.in_job else None
     ledger = ctx.goodput and ctx.goodput.ledger
-    io = made(AtomicCheckpointIO, pl)(point, ctx.status.busy, ledger)
+    io = made(AtomicCheckpointIO, pl)(point, ctx.status.busy, ledger, plan.timeout_s)
     last = made(LastCheckpoint, pl)(every, ctx.model_checkpoint, unprotected, point, grace, ledger, io)
     cache = [made(CompileCache, pl)(ctx.model_checkpoint)] if config["compile_cache"] else []
 

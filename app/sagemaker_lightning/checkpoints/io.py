@@ -24,6 +24,7 @@ import torch
 
 from sagemaker_lightning.checkpoints.writer import Writer
 from sagemaker_lightning.failure import UserError
+from sagemaker_lightning.launch.plan import DEFAULT_TIMEOUT_S
 from sagemaker_lightning.lines import say
 
 TRIES = 3  # reads of a checkpoint that fail for a transient reason, before the job fails naming the file
@@ -116,16 +117,17 @@ class AtomicCheckpointIO:
 
     BASE = "plugins.io.TorchCheckpointIO"
 
-    def __init__(self, resume_point=None, busy=None, ledger=None):
+    def __init__(self, resume_point=None, busy=None, ledger=None, timeout_s: float = DEFAULT_TIMEOUT_S):
         """busy: the process's Status.busy (health/status.py): a wait for a write marked so is no hang to the
         watchdog; ledger: the attempt's goodput.Ledger, where a read is the restore's time and what a save holds the
-        training for its stall."""
+        training for its stall; timeout_s: dist_timeout, that of a sharded save's collectives (a lost peer)."""
         super().__init__()
         self.resume_point = resume_point
         self.busy = busy or (lambda what: contextlib.nullcontext())
         self.timing = ledger.timing if ledger else (lambda term: contextlib.nullcontext())
         self.writer = Writer()
         self.sharded = None  # fsdp's last.ckpt/ (sharded_writer.ShardedWriter), made at its first save
+        self.timeout_s = timeout_s
 
     def load_checkpoint(self, path, *args, weights_only=None, **kwargs):
         self.wait()  # the file may be a save still in flight
@@ -144,7 +146,7 @@ class AtomicCheckpointIO:
         # a save waits for the one in flight: peers that wait for it see no hang
         with self.busy(f"saving {os.path.basename(str(path))}"), self.timing("checkpoint stall"):
             if sharded_writer.sharded(checkpoint):  # every rank: its shards
-                self.sharded = self.sharded or sharded_writer.ShardedWriter(self.writer)
+                self.sharded = self.sharded or sharded_writer.ShardedWriter(self.writer, self.timeout_s)
                 self.sharded.save(checkpoint, pathlib.Path(path))
             else:  # global rank 0: the whole file
                 self.writer.save(checkpoint, str(path))

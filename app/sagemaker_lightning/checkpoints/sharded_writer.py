@@ -20,6 +20,7 @@ but its first save took 10.9 s (the process's start), so a thread.
 
 import os
 import time
+from datetime import timedelta
 from pathlib import Path
 
 import torch
@@ -43,10 +44,12 @@ def sharded(checkpoint: dict) -> bool:
 
 class ShardedWriter:
     """The sharded saves of one process (module docstring); `writer`: the process's writer.Writer, whose thread ends
-    each save (its errors then raised as one line at the next save or wait, as a whole file's)."""
+    each save (its errors then raised as one line at the next save or wait, as a whole file's); timeout_s: its
+    collectives' (dist_timeout): a peer lost during a save fails it then, as a step's collective would, not after
+    gloo's 30 minutes (the wait for a write is no hang to the watchdog)."""
 
-    def __init__(self, writer):
-        self.writer = writer
+    def __init__(self, writer, timeout_s: float):
+        self.writer, self.timeout_s = writer, timeout_s
         self._group = None  # DCP's collectives, made at the first save (every rank makes it then)
         self._stager = None  # host buffers for the shards, kept across saves
         self._previous: str | None = None  # the newest save this run wrote or resumed from (its name)
@@ -55,7 +58,7 @@ class ShardedWriter:
     def _start(self, root: Path) -> None:
         """The group, the buffers, and the save this run resumed from (rank 0's newest complete: kept beside the
         first save; on another host .metadata is only on rank 0's)."""
-        self._group = dist.new_group(backend="gloo")
+        self._group = dist.new_group(backend="gloo", timeout=timedelta(seconds=self.timeout_s))
         self._stager = DefaultStager(StagingOptions(torch.cuda.is_available(), False, False, False))
         resumed = newest_complete(root)[0] if root.is_dir() and dist.get_rank() == 0 else None
         names = [resumed.name if resumed else None]
