@@ -83,12 +83,14 @@ class Watchdog:
     exit = staticmethod(os._exit)  # its main thread waits in a collective that would never return
 
     def __init__(
-        self, given_s: float | None, dist_timeout_s: float, host: str, output_data_dir: str | None, status=None
+        self, given_s, dist_timeout_s: float, host: str, output_data_dir: str | None, status=None, goodput=None
     ):
-        """status: the process's (Status): the busy mark it publishes, the ending it sets, the spread it writes."""
+        """status: the process's (Status): the busy mark it publishes, the ending it sets, the spread it writes;
+        goodput: global rank 0's goodput.Attempt, whose figures so far end its line."""
         self.given_s, self.dist_timeout_s = given_s, dist_timeout_s
         self.host, self.output_data_dir = host, output_data_dir
         self.status: Status = status or Status()
+        self.goodput = goodput
         self.thread: threading.Thread | None = None
 
     def on_train_start(self, trainer, pl_module):
@@ -266,6 +268,8 @@ class Watchdog:
                 with open(os.path.join(folder, f"rank_{self.rank}"), "wb") as f:
                     # no stacks: symbolizing them takes the GIL, which a stuck main thread may hold (pytorch#167023)
                     f.write(c10d._dump_fr_trace(True, False, False))
+        if self.goodput is not None and self.goodput.training:  # where the time went until the hang, as any failure's
+            said = f"{said}; {self.goodput.line(so_far=True)}"
         failure.report(said)
         sys.stdout.flush()
         me, read = str(self.rank), json.dumps(self._record({}, self.wall(), ended=True))
@@ -296,5 +300,7 @@ def concern(ctx: Context) -> Part:
         return Part()
     plan, given_s = ctx.plan, ctx.config["training_timeout"]
     return Part(
-        callbacks=[made(Watchdog, ctx.pl)(given_s, plan.timeout_s, plan.host, plan.output_data_dir, ctx.status)]
+        callbacks=[
+            made(Watchdog, ctx.pl)(given_s, plan.timeout_s, plan.host, plan.output_data_dir, ctx.status, ctx.goodput)
+        ]
     )

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import pytest
 import torch.distributed as dist
 
-from sagemaker_lightning import failure
+from sagemaker_lightning import failure, goodput
 from sagemaker_lightning.health import heartbeats, watchdog
 
 pytestmark = pytest.mark.unit
@@ -350,3 +350,18 @@ def test_a_ranks_first_heartbeat_is_written_as_its_thread_starts(job):
     wd.stopping.set()  # the thread ends at its first wait
     wd._run()
     assert job.store.check([heartbeats.stored("1")])
+
+
+def test_rank_zeros_hang_line_ends_with_the_goodput_so_far(job):
+    """The hang line, as any failure's, says where the job's time went until then: rank 0's (it has the figures)."""
+    wd = job.rank(0)
+    attempt = goodput.Attempt(goodput.Ledger(), 0.0, wall=lambda: 100.0)
+    attempt.ledger.spent("start-up", 20.0)
+    attempt.training, wd.goodput = True, attempt
+    steps(wd, 0, 1)
+    wd.on_train_batch_start(None, None, None, 2)
+    job.advance(LIMIT + 1)
+    with pytest.raises(Ended) as ended:
+        wd.tick()
+    assert "within the training timeout" in ended.value.line
+    assert ended.value.line.endswith(attempt.line(so_far=True)) and "start-up 20 s" in ended.value.line
