@@ -76,11 +76,12 @@ class ShardedWriter:
         name = names[0]
         unlinked(str(root), str(root.parent))  # made since the start: DCP would write where it names
         # a second save at a step (last.ckpt again once ModelCheckpoint updated its state) replaces that step's: the
-        # save of the step before stays beside it (it went, and a save cut short would have left nothing older)
+        # save of the step before stays beside it (it went, and a save cut short would have left nothing older); with
+        # none known (a stop right after the resume, at its step) the save resumed from stays
         again = self._previous is not None and step(self._previous) == checkpoint["global_step"]
         if not again:
             self._before = self._previous
-        keep = {name, self._before if again else self._previous}
+        keep = {name, (self._before if again else None) or self._previous}
         self._previous = name
         target = root / name
         state = {"state_dict": checkpoint.pop("state_dict")}

@@ -12,6 +12,7 @@ import threading
 import pytest
 import pytorch_lightning
 import torch
+from sharded_save import save
 from torch.distributed.checkpoint import FileSystemWriter
 from torch.distributed.checkpoint.state_dict import get_model_state_dict
 from torch.distributed.fsdp import fully_shard
@@ -94,3 +95,24 @@ def test_a_sharded_write_that_fails_is_one_line_and_the_save_before_stays(net, h
     io.save_checkpoint(checkpoint(net, 3), root)  # the next save goes on: the failure was said once
     io.teardown()
     assert sorted(s[:14] for s in os.listdir(root) if not sharded_saves.missing(root / s))[-1] == "step-000000003"
+
+
+def test_a_save_at_the_step_resumed_from_keeps_the_save_resumed_from(net, held, tmp_path):
+    """A stop right after a resume saves at the resumed step: that save replaces no other, the one resumed from stays
+    beside it (pruned, it left one save, still uploading when the job was reclaimed); the next step's save then
+    keeps only the newest two."""
+    release, _ = held
+    release.set()
+    root = tmp_path / "last.ckpt"
+    root.mkdir()
+    resumed = os.path.basename(save(root, 3, world_size=1))  # a complete save of step 3, as S3 gave it back
+    io = made(AtomicCheckpointIO, pytorch_lightning)()
+    io.save_checkpoint(checkpoint(net, 3), root)
+    io.wait()
+    assert resumed in os.listdir(root) and len(os.listdir(root)) == 2
+    io.save_checkpoint(checkpoint(net, 4), root)
+    io.teardown()
+    assert resumed not in os.listdir(root) and sorted(s[:14] for s in os.listdir(root)) == [
+        "step-000000003",
+        "step-000000004",
+    ]
