@@ -5,7 +5,12 @@ write before it, and the state read back as it was saved.
     .venv/bin/pytest tests/cloud/test_checkpoints_s3.py
 """
 
+import contextlib
+import os
+import threading
+
 import boto3
+import botocore.exceptions
 import pytest
 import pytorch_lightning
 import torch
@@ -36,3 +41,48 @@ def test_s3_saves_go_in_parts_keep_the_previous_one_and_write_each_state_once(aw
     last, previous = read("s3://checkpoints/job/last.ckpt"), read("s3://checkpoints/job/last-previous.ckpt")
     assert last["global_step"] == 4 and torch.equal(last["state_dict"]["w"], torch.ones_like(weight))
     assert previous["global_step"] == 3 and torch.equal(previous["state_dict"]["w"], torch.zeros_like(weight))
+
+
+class Unpicklable:
+    def __reduce__(self):
+        raise RuntimeError("cannot pickle this")
+
+
+def save_then_fail(obj, f, *args, save=torch.save, **kwargs):
+    """torch.save that fails after 3 parts' worth of a checkpoint went out (a failed copy from the GPU, say); with
+    torch's format a pickling error comes before any byte, a failure midway only in a tensor's data."""
+    save({"w": torch.zeros(3 * background.PART_BYTES // 4)}, f)
+    raise RuntimeError("cannot copy this")
+
+
+@pytest.mark.parametrize("midway", [False, True], ids=["pickling fails", "fails after 3 parts"])
+def test_an_s3_save_whose_serialising_fails_leaves_no_object_and_says_why(aws, monkeypatch, midway):
+    """The upload reads torch.save's output as it is written: an end without torch.save's success would complete an
+    empty or truncated object. It is aborted instead, and the error is the save's."""
+    s3 = boto3.client("s3")
+    s3.create_bucket(Bucket="checkpoints")
+    saved = {"global_step": 3, "state_dict": {"w": torch.zeros(4)}, "callbacks": {}, "odd": Unpicklable()}
+    if midway:
+        monkeypatch.setattr(background.torch, "save", save_then_fail)
+    with pytest.raises(RuntimeError, match="cannot copy this" if midway else "cannot pickle this"):
+        background.persist(saved, "s3://checkpoints/job/epoch=0-step=3.ckpt")  # the writer thread's write
+    assert s3.list_objects_v2(Bucket="checkpoints").get("KeyCount") == 0
+    assert not s3.list_multipart_uploads(Bucket="checkpoints").get("Uploads")  # aborted, no parts left behind
+
+
+def pipes() -> list[str]:
+    """This process's open pipes."""
+    links = []
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):  # the listing's own descriptor, closed by now
+            links.append(os.readlink(f"/proc/self/fd/{fd}"))
+    return sorted(link for link in links if link.startswith("pipe:"))
+
+
+def test_an_s3_save_whose_upload_fails_ends_its_serialising_too(aws):
+    """torch.save blocked on the pipe nobody reads any more (the bucket is gone) ends; no thread or pipe stays."""
+    before = pipes()
+    with pytest.raises(botocore.exceptions.ClientError, match="NoSuchBucket"):
+        background.persist({"w": torch.zeros(3 * background.PART_BYTES // 4)}, "s3://no-bucket/job/epoch=0-step=3.ckpt")
+    assert pipes() == before
+    assert not [t for t in threading.enumerate() if t.name.startswith("checkpoint-serialiser")]
