@@ -15,6 +15,7 @@ import pytest
 import pytorch_lightning
 import torch
 
+from sagemaker_lightning.checkpoints import s3_transfer
 from sagemaker_lightning.checkpoints import writer as background
 from sagemaker_lightning.checkpoints.io import AtomicCheckpointIO, read
 from sagemaker_lightning.cli.lightning_package import made
@@ -26,7 +27,7 @@ def test_s3_saves_go_in_parts_keep_the_previous_one_and_write_each_state_once(aw
     s3 = boto3.client("s3")
     s3.create_bucket(Bucket="checkpoints")
     io = made(AtomicCheckpointIO, pytorch_lightning)()
-    weight = torch.zeros(5 * background.PART_BYTES // 8)  # 2.5 parts of float32: three parts
+    weight = torch.zeros(5 * s3_transfer.PART_BYTES // 8)  # 2.5 parts of float32: three parts
     saved = {"global_step": 3, "loops": {}, "state_dict": {"w": weight}, "callbacks": {}}
     io.save_checkpoint(saved, "s3://checkpoints/job/epoch=0-step=3.ckpt")
     io.save_checkpoint(saved, "s3://checkpoints/job/last.ckpt")  # the same state: a server-side copy
@@ -51,7 +52,7 @@ class Unpicklable:
 def save_then_fail(obj, f, *args, save=torch.save, **kwargs):
     """torch.save that fails after 3 parts' worth of a checkpoint went out (a failed copy from the GPU, say); with
     torch's format a pickling error comes before any byte, a failure midway only in a tensor's data."""
-    save({"w": torch.zeros(3 * background.PART_BYTES // 4)}, f)
+    save({"w": torch.zeros(3 * s3_transfer.PART_BYTES // 4)}, f)
     raise RuntimeError("cannot copy this")
 
 
@@ -83,6 +84,31 @@ def test_an_s3_save_whose_upload_fails_ends_its_serialising_too(aws):
     """torch.save blocked on the pipe nobody reads any more (the bucket is gone) ends; no thread or pipe stays."""
     before = pipes()
     with pytest.raises(botocore.exceptions.ClientError, match="NoSuchBucket"):
-        background.persist({"w": torch.zeros(3 * background.PART_BYTES // 4)}, "s3://no-bucket/job/epoch=0-step=3.ckpt")
+        background.persist(
+            {"w": torch.zeros(3 * s3_transfer.PART_BYTES // 4)}, "s3://no-bucket/job/epoch=0-step=3.ckpt"
+        )
     assert pipes() == before
     assert not [t for t in threading.enumerate() if t.name.startswith("checkpoint-serialiser")]
+
+
+def test_s3_reads_fetch_ranged_parts_at_once_and_a_missing_object_is_not_found(aws):
+    """A resume reads the object in concurrent ranged parts (Lightning's read is one stream), then loads it in memory;
+    a missing object is FileNotFoundError, as Lightning's own read says it, not a transient failure tried again."""
+    boto3.client("s3").create_bucket(Bucket="checkpoints")
+    saved = {"global_step": 7, "state_dict": {"w": torch.arange(5 * s3_transfer.PART_BYTES // 8, dtype=torch.float32)}}
+    background.persist(saved, "s3://checkpoints/job/last.ckpt")
+    ranges = []
+
+    def record(request, **kwargs):
+        ranges.append(request.headers.get("Range"))
+
+    events = s3_transfer.s3_client().meta.events
+    events.register("before-send.s3.GetObject", record)
+    try:
+        loaded = made(AtomicCheckpointIO, pytorch_lightning)().load_checkpoint("s3://checkpoints/job/last.ckpt")
+    finally:
+        events.unregister("before-send.s3.GetObject", record)
+    assert loaded["global_step"] == 7 and torch.equal(loaded["state_dict"]["w"], saved["state_dict"]["w"])
+    assert len(ranges) == 3 and all(r and r.startswith(b"bytes=") for r in ranges), ranges  # 2.5 parts: three ranges
+    with pytest.raises(FileNotFoundError):
+        read("s3://checkpoints/job/no-such.ckpt")

@@ -13,7 +13,7 @@ import proctree
 import torch
 from torch.distributed.checkpoint import FileSystemWriter
 
-from sagemaker_lightning.checkpoints import writer
+from sagemaker_lightning.checkpoints import s3_transfer
 from sagemaker_lightning.cli.lightning_package import package
 
 pl = package()
@@ -44,7 +44,7 @@ class KillRank(pl.Callback):
     def setup(self, trainer, pl_module, stage):
         if self.at is None:
             return
-        replace, save, upload = os.replace, torch.save, writer.upload  # what the runtime's writes go through
+        replace, save, upload = os.replace, torch.save, s3_transfer.upload  # what the runtime's writes go through
 
         def replace_unless_here(source, target, *args, **kwargs):
             if self.during == "rename" and os.path.basename(target) == self.at and self._here(trainer):
@@ -71,7 +71,7 @@ class KillRank(pl.Callback):
                 os.kill(os.getpid(), signal.SIGKILL)
             return written
 
-        os.replace, torch.save, writer.upload = replace_unless_here, save_half, upload_unless_here
+        os.replace, torch.save, s3_transfer.upload = replace_unless_here, save_half, upload_unless_here
         write_shards = FileSystemWriter.write_data  # fsdp's last.ckpt/: each rank's shards (sharded_writer.py)
         FileSystemWriter.write_data = shards_half
 

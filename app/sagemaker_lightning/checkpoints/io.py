@@ -1,7 +1,8 @@
 """How checkpoints are read and written. Read: weights only, here and where Lightning resumes (a checkpoint is a
 pickle, and whoever can write to the checkpoint location could otherwise run code in the job), pathlib's paths
 admitted (hyperparameters hold them) and a class torch does not admit named with its fix, on the CPU; a read that
-fails for a transient reason (S3 throttling, a timeout, a dropped connection) tried again. Neither is taken for a
+fails for a transient reason (S3 throttling, a timeout, a dropped connection) tried again; from S3 in concurrent
+ranged parts (s3_transfer.py). Neither is taken for a
 corrupt file. Written: in the background and atomically, whole files (writer.py) and fsdp's shards
 (sharded_writer.py), by AtomicCheckpointIO, the trainer's CheckpointIO plugin.
 
@@ -22,6 +23,7 @@ import fsspec
 import fsspec.implementations.local
 import torch
 
+from sagemaker_lightning.checkpoints import s3_transfer
 from sagemaker_lightning.checkpoints.writer import Writer
 from sagemaker_lightning.failure import UserError
 from sagemaker_lightning.launch.plan import DEFAULT_TIMEOUT_S
@@ -99,6 +101,8 @@ def read(url: str):
 
     def load():
         with admitted(url):
+            if url.startswith("s3://"):  # fetched in concurrent parts, then read in memory
+                return torch.load(s3_transfer.download(url), map_location="cpu", weights_only=True)
             if isinstance(fs, fsspec.implementations.local.LocalFileSystem):
                 # a complete file in torch.save's zip format is mapped, its tensors not read
                 return torch.load(path, map_location="cpu", mmap=zipfile.is_zipfile(path), weights_only=True)
@@ -106,6 +110,11 @@ def read(url: str):
                 return torch.load(f, map_location="cpu", weights_only=True)
 
     return retried(load, url)
+
+
+def s3_load(url, map_location=None, weights_only: bool = True):
+    """As Lightning's TorchCheckpointIO.load_checkpoint, the object fetched in concurrent parts (s3_transfer.py)."""
+    return torch.load(s3_transfer.download(str(url)), map_location=map_location or "cpu", weights_only=weights_only)
 
 
 class AtomicCheckpointIO:
@@ -132,7 +141,7 @@ class AtomicCheckpointIO:
     def load_checkpoint(self, path, *args, weights_only=None, **kwargs):
         self.wait()  # the file may be a save still in flight
         path = self.resume_point.choose(path) if self.resume_point else path
-        load = super().load_checkpoint
+        load = s3_load if str(path).startswith("s3://") else super().load_checkpoint
         weights_only = weights_only is not False
         try:
             with self.timing("restore"), admitted(str(path)):

@@ -4,8 +4,8 @@ A save (`Writer.save`) copies the checkpoint's tensors into host buffers kept fr
 a GPU), the rest of the checkpoint deep-copied, and returns; one writer thread writes that snapshot: locally
 torch.save to the hidden partial name, last.ckpt's previous file kept, then the rename (atomic.py), so that at every
 moment a complete last.ckpt or last-previous.ckpt exists; to S3 (s3://) the previous object kept by a server-side
-copy, then torch.save into a pipe that boto3's managed multipart upload reads as it is written (`upload`: the object
-appears whole when its upload ends, and not at all when torch.save fails).
+copy, then torch.save into a pipe that boto3's managed multipart upload reads as it is written (s3_transfer.upload:
+the object appears whole when its upload ends, and not at all when torch.save fails).
 
 At most one save is in flight: a save asked for while one is written waits for it (its buffers are the snapshot
 being written), never skipped; goodput counts the wait as checkpoint stall. A save of the state just saved (the same
@@ -15,15 +15,13 @@ the writes. A write that fails is one line in the training thread, at the next s
 
 Measured with scripts/bench_checkpoint.py (25M parameters with Adam, 302 MB; 2 AMD EPYC cores, torch 2.14.1, moto
 5.2.5; docs/performance.md): a save's stall 0.023 s (the copy into kept buffers 0.022 s), the synchronous save it
-replaced 0.33-0.62 s; to S3 1.05x and 1.23x of a raw upload_file of the serialised file in two runs (boto3 1.43.117;
-0.81x before torch.save was piped into the upload, its 0.3 s then ahead of it), Lightning's one stream 0.54-0.68x.
+replaced 0.33-0.62 s. S3's figures: s3_transfer.py.
 
     python -c "from sagemaker_lightning.checkpoints.writer import Writer; w = Writer(); w.save({'x': 1}, '/tmp/a.ckpt'); w.wait()"
 """
 
 import concurrent.futures
 import copy
-import functools
 import io
 import os
 import pickle
@@ -33,14 +31,13 @@ import fsspec
 import torch
 
 from sagemaker_lightning import lines
+from sagemaker_lightning.checkpoints import s3_transfer
 from sagemaker_lightning.checkpoints.atomic import keep_previous, replacing
 from sagemaker_lightning.checkpoints.location import remote
 from sagemaker_lightning.failure import UserError
 from sagemaker_lightning.goodput import Goodput
 from sagemaker_lightning.lines import say
 
-PART_BYTES = 8 * 2**20  # an S3 upload's part: boto3's default (the bench's 0.90x of a raw upload_file)
-PARTS_AT_ONCE = 10  # the parts an upload sends at once: boto3's default
 LAST = "last.ckpt"  # the file whose previous version is kept (atomic.keep_previous)
 VOLATILE = (Goodput.__qualname__,)  # callbacks' states that change between two saves of one moment: goodput's clock
 
@@ -124,58 +121,12 @@ def persist(snapshot: dict, path: str) -> None:
     if named_last(path):
         keep_previous(path)  # before the new object replaces it (an upload's object appears only at its end)
     if path.startswith("s3://"):
-        upload(snapshot, path)
+        s3_transfer.upload(snapshot, path)
         return
     data = io.BytesIO()  # any other store: one put
     torch.save(snapshot, data)
     fs, where = fsspec.core.url_to_fs(path)
     fs.pipe(where, data.getvalue())
-
-
-def upload(snapshot: dict, url: str) -> None:
-    """The snapshot as the object at `url` (s3://), serialised while it is sent: torch.save writes into a pipe in a
-    second thread (it needs only write and flush of its file), boto3's managed multipart upload reads the other end and
-    sends parts concurrently (its endpoint from the environment, AWS_ENDPOINT_URL as for every AWS client). The object
-    appears when the upload completes; a torch.save that fails raises in the reader, and boto3 aborts the upload."""
-    from boto3.s3.transfer import TransferConfig
-
-    bucket, key = url[len("s3://") :].split("/", 1)
-    config = TransferConfig(multipart_chunksize=PART_BYTES, max_concurrency=PARTS_AT_ONCE)
-    read_end, write_end = os.pipe()
-    serialising = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="checkpoint-serialiser")
-    # left in this order: the read end closed (a torch.save blocked on a failed upload's full pipe then fails with
-    # BrokenPipeError), the serialising thread joined, the write end closed (done already unless torch.save never ran)
-    with open(write_end, "wb") as sink, serialising, open(read_end, "rb") as f:
-        serialised = serialising.submit(serialise, snapshot, sink)
-        s3_client().upload_fileobj(Serialised(f, serialised), bucket, key, Config=config)
-
-
-def serialise(snapshot: dict, sink) -> None:
-    with sink:  # closed at the end: the reader's end of file
-        torch.save(snapshot, sink)
-
-
-class Serialised:
-    """torch.save's pipe, read part by part (not seekable); its end raises torch.save's error, if any, so that boto3
-    aborts the upload instead of completing an object cut short."""
-
-    def __init__(self, f, serialised: concurrent.futures.Future):
-        self.f, self.serialised = f, serialised
-
-    def read(self, size: int = -1) -> bytes:
-        data = self.f.read(size)
-        if size < 0 or len(data) < size:  # the end (a pipe's buffered read is short only there)
-            self.serialised.result()
-        return data
-
-
-@functools.cache
-def s3_client():
-    """One S3 client for the process's uploads (made once: tens of ms), boto3's defaults: each part sent with its
-    CRC32, which over HTTPS also spares signing the payload (botocore's S3SigV4Auth)."""
-    import boto3
-
-    return boto3.client("s3")
 
 
 def duplicate(source: str, path: str) -> None:
