@@ -1,13 +1,15 @@
 """Checkpoints: what a restarted job resumes from, and the trained model it ends with.
 
-concern.py        the checkpoints' part of the trainer: resume point, callbacks, CheckpointIO
-atomic.py         the atomic write (a partial name, then a rename) and keeping the previous save
-location.py       a location (a URL or a local path), what is inside it, no link on the way to a save's paths
-io.py             reading (weights only, transient failures retried) and writing (AtomicCheckpointIO)
-writer.py         whole-file saves in the background: a snapshot, one writer thread, S3 in parts, each state once
-last.py           last.ckpt every N steps, at each epoch's end and on a stop (LastCheckpoint)
-resume.py         which checkpoint a job resumes from, chosen on global rank 0 (ResumePoint)
-sharded_saves.py  fsdp's sharded saves: layout, completeness, save and load, nothing in them run
-export.py         model.pt and config.yaml in model_dir after fit (Export)
-compile_cache.py  torch.compile's cache saved with the checkpoints (CompileCache)
+concern.py         the checkpoints' part of the trainer: resume point, callbacks, CheckpointIO
+atomic.py          the atomic write (a partial name, then a rename) and keeping the previous save
+location.py        a location (a URL or a local path), what is inside it, no link on the way to a save's paths
+io.py              reading (weights only, transient failures retried) and writing (AtomicCheckpointIO)
+writer.py          whole-file saves in the background: a snapshot, one writer thread, each state once
+sharded_writer.py  fsdp's sharded saves in the background: DCP's async_save, the previous complete save kept
+s3_transfer.py     s3:// both ways in concurrent parts: a save serialised while it uploads, a read in ranges
+last.py            last.ckpt every N steps, at each epoch's end and on a stop (LastCheckpoint)
+resume.py          which checkpoint a job resumes from, chosen on global rank 0 (ResumePoint)
+sharded_saves.py   fsdp's sharded saves: layout, completeness, which to resume, load, nothing in them run
+export.py          model.pt and config.yaml in model_dir after fit (Export)
+compile_cache.py   torch.compile's cache saved with the checkpoints (CompileCache)
 """
