@@ -25,7 +25,7 @@ import torch
 from sagemaker_lightning.checkpoints import writer
 from sagemaker_lightning.checkpoints.io import read
 
-RUNTIME = "the runtime's (checkpoints/writer.py, io.py)"  # the way the runtime writes and reads, by its label
+RUNTIME = "the runtime's (checkpoints/s3_transfer.py)"  # the way the runtime writes and reads, by its label
 
 MOTO_BUCKET = "bench-checkpoint"
 PART = 8 * 2**20  # the parts of the tuned s3fs and s3torchconnector ways: boto3's default, so 10 parts run at once
