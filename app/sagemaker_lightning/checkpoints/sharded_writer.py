@@ -11,8 +11,8 @@ A rank's save ends once DCP's write ends on every rank (rank 0 has written `.met
 every host when any rank sees it end: each host's committer (sharded_saves.committer) prunes its own directory then.
 
 Measured with scripts/bench_checkpoint.py --only sharded (2 ranks on gloo, 151 MB a rank; 2 AMD EPYC cores, torch
-2.14.1; docs/performance.md): a save stalls training 0.05 s against dcp.save's 0.69 s; a writer process stalls 0.03 s
-but its first save took 10.9 s (the process's start), so a thread.
+2.14.1; docs/performance.md): a save stalls training 0.049 s (the shards' copy 0.034 s) against dcp.save's 0.31 s; a
+writer process stalls 0.035 s but its first save took 6.7 s (the process's start), so a thread.
 
     python app/example/train.py --trainer.strategy fsdp --trainer.devices 2 --trainer.accelerator cpu \\
         --checkpoint.dirpath ckpts --last_checkpoint_every_n_steps 5
