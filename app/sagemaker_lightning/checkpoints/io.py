@@ -1,10 +1,10 @@
 """How checkpoints are read and written. Read: weights only, here and where Lightning resumes (a checkpoint is a
 pickle, and whoever can write to the checkpoint location could otherwise run code in the job), pathlib's paths
 admitted (hyperparameters hold them) and a class torch does not admit named with its fix, on the CPU; a read that
-fails for a transient reason (S3 throttling, a timeout, a dropped connection) tried again; from S3 in concurrent
-ranged parts (s3_transfer.py). Neither is taken for a
-corrupt file. Written: in the background and atomically, whole files (writer.py) and fsdp's shards
-(sharded_writer.py), by AtomicCheckpointIO, the trainer's CheckpointIO plugin.
+fails for a transient reason (S3 throttling, a timeout, a dropped connection) tried again. Neither is taken for a
+corrupt file. From S3 a checkpoint is read in concurrent ranged parts (s3_transfer.py). Written: in the background
+and atomically, whole files (writer.py) and fsdp's shards (sharded_writer.py), by AtomicCheckpointIO, the trainer's
+CheckpointIO plugin.
 
     python -c "from sagemaker_lightning.checkpoints import io; print(io.read('ckpts/last.ckpt').keys())"
 """
@@ -101,8 +101,8 @@ def read(url: str):
 
     def load():
         with admitted(url):
-            if url.startswith("s3://"):  # fetched in concurrent parts, then read in memory
-                return torch.load(s3_transfer.download(url), map_location="cpu", weights_only=True)
+            if url.startswith("s3://"):
+                return s3_load(url)
             if isinstance(fs, fsspec.implementations.local.LocalFileSystem):
                 # a complete file in torch.save's zip format is mapped, its tensors not read
                 return torch.load(path, map_location="cpu", mmap=zipfile.is_zipfile(path), weights_only=True)
@@ -113,7 +113,8 @@ def read(url: str):
 
 
 def s3_load(url, map_location=None, weights_only: bool = True):
-    """As Lightning's TorchCheckpointIO.load_checkpoint, the object fetched in concurrent parts (s3_transfer.py)."""
+    """The checkpoint at s3:// `url` as Lightning's TorchCheckpointIO.load_checkpoint loads one (on the CPU unless
+    mapped elsewhere), fetched in concurrent parts (s3_transfer.py) and read in memory."""
     return torch.load(s3_transfer.download(str(url)), map_location=map_location or "cpu", weights_only=weights_only)
 
 
