@@ -9,16 +9,16 @@ up to the wall time:
                 first training step, less what is accounted inside it (a restore, the sanity check's validation)
   restore       reading the checkpoint the job resumes from (checkpoints/io.py accounts it)
   checkpoint stall  what a save holds the training thread for (checkpoints/: last.ckpt, the best checkpoints)
-  steps trained again  the steps this attempt trains again because the one before was killed after its last save,
-                and their time (the attempt's record in LEDGER, written every LEDGER_EVERY_S, says how far it got)
+  steps trained again  the steps this attempt trains again because those before it were killed after the last save,
+                and their time (LEDGER, written every LEDGER_EVERY_S, says how far each got)
   data wait     from a step's end to the next one's start, less what is accounted there: the loader's wait and the
                 loop's own work (an epoch's end)
   validation    each validation, the sanity check's included
   training      the steps, from their start to their end
   end           from the last step's end to the end of the fit: the export, the MLflow run's end
 A job's attempts (a spot restart, torchrun's in-job restart) each add their own record: the checkpoint carries the
-records of the attempts before it (Goodput's state), and LEDGER beside the checkpoints the record of an attempt after
-its last save. The line goes to the job's log, to its logger and MLflow run (goodput/*), and, for a job that ends
+records of the attempts before it (Goodput's state), and LEDGER beside the checkpoints the records of the newest
+attempt and those before it, as far as each got: the attempts after the last save, however many were killed there. The line goes to the job's log, to its logger and MLflow run (goodput/*), and, for a job that ends
 badly, into its failure line ("goodput so far"). Its two hooks a step cost 13.5 µs a step with Lightning's profiler's
 own few µs a hook, about as the progress line's hook does (scripts/bench_overhead.py --profile, 1 process, 2 AMD EPYC
 cores, torch 2.14.1). No torch.
@@ -38,7 +38,7 @@ from sagemaker_lightning.cli.lightning_package import made
 from sagemaker_lightning.lines import say
 
 STARTED_AT = "SAGEMAKER_LIGHTNING_STARTED_AT"  # the container's start (time.time()), as PID 1 gives it its command
-LEDGER = "goodput.json"  # beside the checkpoints: this attempt's record, for an attempt after a kill
+LEDGER = "goodput.json"  # beside the checkpoints: every attempt's record so far, for an attempt after a kill
 LEDGER_EVERY_S = 30.0  # between the ledger's writes: an attempt killed after its last save loses at most this much
 TERMS = ("start-up", "restore", "checkpoint stall", "steps trained again", "data wait", "validation", "training", "end")
 
@@ -131,14 +131,17 @@ class Attempt:
     def records(self) -> list[dict]:
         return [*self.before, self.record()]
 
-    def resumed(self, saved: list[dict], resumed_step: int, newer: dict | None) -> None:
-        """The checkpoint's records (the last one: the attempt that saved it, as it was then), and `newer`: the
-        ledger's record of an attempt after that save, where one got further than the checkpoint."""
+    def resumed(self, saved: list[dict], resumed_step: int, ledger: list[dict] | None) -> None:
+        """The checkpoint's records (the last one: the attempt that saved it, as it was then), and the ledger's: the
+        attempts since, as far as each got (the saver's included), where the ledger goes on from that save; the
+        steps any of them reached beyond the resumed step are trained again."""
         records = list(saved)
-        if newer and records and newer.get("id") == records[-1].get("id"):
-            records[-1] = newer  # the killed attempt, as far as its ledger says: its steps since are trained again
-        if records and records[-1].get("step", 0) > resumed_step:
-            self.again_until = records[-1]["step"]
+        ids = [record.get("id") for record in ledger or []]
+        if records and records[-1].get("id") in ids:  # killed after that save: the saver, then each attempt after it
+            records[-1:] = ledger[ids.index(records[-1].get("id")) :]
+        reached = max((record.get("step", 0) for record in records), default=0)
+        if reached > resumed_step:
+            self.again_until = reached
         self.before = records
 
     def where(self) -> str | None:
@@ -149,7 +152,7 @@ class Attempt:
         if folder := self.where():
             from sagemaker_lightning.checkpoints import atomic
 
-            atomic.write(f"{folder.rstrip('/')}/{LEDGER}", json.dumps(self.record()).encode())
+            atomic.write(f"{folder.rstrip('/')}/{LEDGER}", json.dumps({"records": self.records()}).encode())
 
     def figures(self) -> dict[str, float]:
         """Every attempt's terms so far as metrics (goodput/<term>_s, goodput/percent): the logger's, MLflow's."""
@@ -163,16 +166,17 @@ class Attempt:
         return said.replace("goodput", "goodput so far", 1) if so_far else said
 
 
-def read_ledger(folder: str | None) -> dict | None:
-    """The record LEDGER holds in `folder`, or None."""
+def read_ledger(folder: str | None) -> list[dict] | None:
+    """The records LEDGER holds in `folder`, or None."""
     if not folder:
         return None
     import fsspec
 
     try:
         with fsspec.open(f"{folder.rstrip('/')}/{LEDGER}", "r") as f:
-            record = json.load(f)
-        return record if isinstance(record, dict) else None
+            found = json.load(f)
+        records = found.get("records") if isinstance(found, dict) else None
+        return records if isinstance(records, list) and all(isinstance(r, dict) for r in records) else None
     except (OSError, ValueError):
         return None
 
