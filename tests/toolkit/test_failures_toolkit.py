@@ -224,7 +224,9 @@ def test_a_straggler_shows_then_its_hang_is_named_with_its_stack(run_hosts, arch
         r"\(training_timeout\) on rank 0 \(localhost, step 5\); rank 1 on 127\.0\.0\.1 did not arrive: in "
         r"on_train_batch_start \(faults\.py:\d+\) < .* at step 5, last entered #\d+$"
     )
-    assert re.match(said, first.failure) and first.failure == second.failure, first.failure + second.failure
+    line, goodput = first.failure.rstrip("\n").split("; goodput so far ", 1)  # rank 0's line ends with the goodput
+    assert re.match(said, line) and line == second.failure.rstrip("\n"), first.failure + second.failure
+    assert re.match(r"[\d.]+ %: training", goodput), goodput
     # the hang comes after the start of two hosts (about twice a one-host tiny job here) and 5 paced steps; 600 s
     # (dist_timeout) not waited out
     assert max(first.seconds, second.seconds) < 2 * tiny_job.seconds + 5 * 2 + 10 + 30

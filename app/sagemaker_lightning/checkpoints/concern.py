@@ -5,12 +5,15 @@ cache (CompileCache).
     python app/example/train.py ... --checkpoint.dirpath ckpts --last_checkpoint_every_n_steps 50 --model_dir out
 """
 
+import functools
+
 from sagemaker_lightning.boot import signals
 from sagemaker_lightning.checkpoints.compile_cache import CompileCache
 from sagemaker_lightning.checkpoints.export import Export
 from sagemaker_lightning.checkpoints.io import AtomicCheckpointIO
 from sagemaker_lightning.checkpoints.last import LastCheckpoint
 from sagemaker_lightning.checkpoints.resume import ResumePoint
+from sagemaker_lightning.checkpoints.sharded_writer import ShardedWriter
 from sagemaker_lightning.cli.concern import Context, Part
 from sagemaker_lightning.cli.lightning_package import made
 from sagemaker_lightning.parallel import fsdp
@@ -43,7 +46,8 @@ def concern(ctx: Context) -> Part:
     every, grace = config["last_checkpoint_every_n_steps"], restarts.grace_s(config["stop_grace_s"], plan.on_sagemaker)
     grace = grace if plan.in_job else None
     ledger = ctx.goodput and ctx.goodput.ledger
-    io = made(AtomicCheckpointIO, pl)(point, ctx.status.busy, ledger, plan.timeout_s)
+    shards = functools.partial(ShardedWriter, timeout_s=plan.timeout_s) if sharded else None
+    io = made(AtomicCheckpointIO, pl)(point, ctx.status.busy, ledger, shards)
     last = made(LastCheckpoint, pl)(every, ctx.model_checkpoint, unprotected, point, grace, ledger, io)
     cache = [made(CompileCache, pl)(ctx.model_checkpoint)] if config["compile_cache"] else []
 

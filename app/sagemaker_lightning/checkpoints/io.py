@@ -26,7 +26,6 @@ import torch
 from sagemaker_lightning.checkpoints import s3_transfer
 from sagemaker_lightning.checkpoints.writer import Writer
 from sagemaker_lightning.failure import UserError
-from sagemaker_lightning.launch.plan import DEFAULT_TIMEOUT_S
 from sagemaker_lightning.lines import say
 
 TRIES = 3  # reads of a checkpoint that fail for a transient reason, before the job fails naming the file
@@ -127,17 +126,17 @@ class AtomicCheckpointIO:
 
     BASE = "plugins.io.TorchCheckpointIO"
 
-    def __init__(self, resume_point=None, busy=None, ledger=None, timeout_s: float = DEFAULT_TIMEOUT_S):
+    def __init__(self, resume_point=None, busy=None, ledger=None, sharded=None):
         """busy: the process's Status.busy (health/status.py): a wait for a write marked so is no hang to the
         watchdog; ledger: the attempt's goodput.Ledger, where a read is the restore's time and what a save holds the
-        training for its stall; timeout_s: dist_timeout, that of a sharded save's collectives (a lost peer)."""
+        training for its stall; sharded: under fsdp, what makes the writer of its sharded saves from this one's whole-file
+        writer (sharded_writer.ShardedWriter, given by checkpoints/concern.py: that module reads with this one's)."""
         super().__init__()
         self.resume_point = resume_point
         self.busy = busy or (lambda what: contextlib.nullcontext())
         self.timing = ledger.timing if ledger else (lambda term: contextlib.nullcontext())
         self.writer = Writer()
-        self.sharded = None  # fsdp's last.ckpt/ (sharded_writer.ShardedWriter), made at its first save
-        self.timeout_s = timeout_s
+        self.sharded = sharded(self.writer) if sharded else None  # fsdp's last.ckpt/
 
     def load_checkpoint(self, path, *args, weights_only=None, **kwargs):
         self.wait()  # the file may be a save still in flight
@@ -151,12 +150,9 @@ class AtomicCheckpointIO:
             raise UserError(f"cannot load {path}: {type(e).__name__}: {e}; delete it, or give another") from None
 
     def save_checkpoint(self, checkpoint, path, storage_options=None):
-        from sagemaker_lightning.checkpoints import sharded_writer  # it reads saves with this module's readers
-
         # a save waits for the one in flight: peers that wait for it see no hang
         with self.busy(f"saving {os.path.basename(str(path))}"), self.timing("checkpoint stall"):
-            if sharded_writer.sharded(checkpoint):  # every rank: its shards
-                self.sharded = self.sharded or sharded_writer.ShardedWriter(self.writer, self.timeout_s)
+            if self.sharded and self.sharded.takes(checkpoint):  # every rank: its shards
                 self.sharded.save(checkpoint, pathlib.Path(path))
             else:  # global rank 0: the whole file
                 self.writer.save(checkpoint, str(path))

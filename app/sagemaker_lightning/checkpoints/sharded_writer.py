@@ -37,11 +37,6 @@ from sagemaker_lightning.checkpoints.location import unlinked
 from sagemaker_lightning.checkpoints.sharded_saves import META, committer, first_failure, newest_complete, step
 
 
-def sharded(checkpoint: dict) -> bool:
-    """Whether `checkpoint` holds shards (DTensors: fsdp's last.ckpt), written by every rank, not one file."""
-    return any(isinstance(t, DTensor) for t in (checkpoint.get("state_dict") or {}).values())
-
-
 class ShardedWriter:
     """The sharded saves of one process (module docstring); `writer`: the process's writer.Writer, whose thread ends
     each save (its errors then raised as one line at the next save or wait, as a whole file's); timeout_s: its
@@ -54,6 +49,11 @@ class ShardedWriter:
         self._stager = None  # host buffers for the shards, kept across saves
         self._previous: str | None = None  # the newest save this run wrote or resumed from (its name)
         self._before: str | None = None  # the complete save of an earlier step than _previous's
+
+    @staticmethod
+    def takes(checkpoint: dict) -> bool:
+        """Whether `checkpoint` holds shards (DTensors: fsdp's last.ckpt), written by every rank, not one file."""
+        return any(isinstance(t, DTensor) for t in (checkpoint.get("state_dict") or {}).values())
 
     def _start(self, root: Path) -> None:
         """The group, the buffers, and the save this run resumed from (rank 0's newest complete: kept beside the

@@ -13,11 +13,11 @@ recorder, TORCH_FR_BUFFER_SIZE: NCCL's, and gloo's in torch 2.14.1; plan.recorde
 doing (writing a checkpoint: busy()), and, when its main thread has made no progress for a period, that thread's
 innermost Python frames. A rank whose oldest unfinished collective is older than the timeout (without the flight
 recorder: whose main thread made no progress for that long) compares the heartbeats: the ranks that never entered
-that collective, or whose heartbeat stopped (SIGSTOP, a frozen host), are the ones named. A busy rank is no hang: while
-this rank or any peer writes a checkpoint (the process's Status says so: status.py), and for a timeout after, nothing
-is judged (dist_timeout bounds that wait). The line goes to the store first (the first one written wins), so every rank that reads it, the stuck one included
-when it still runs, ends with the same line; rank 0, whose process holds the store, ends once the peers that still
-beat have read it. A rank that waited past the timeout and finds the store silent ends with a line that says so.
+that collective, or whose heartbeat stopped (SIGSTOP, a frozen host), are the ones named. A busy rank is no hang:
+while any rank writes a checkpoint (status.py), and for a timeout after, nothing is judged (dist_timeout bounds it).
+The line goes to the store first (the first written wins): every rank that reads it, the stuck one included when it
+still runs, ends with it (global rank 0 adds the goodput so far); rank 0, whose process holds the store, ends once the
+peers that still beat have read it. A rank that finds the store silent past the timeout ends with a line saying so.
 """
 
 import contextlib
@@ -85,8 +85,7 @@ class Watchdog:
     def __init__(
         self, given_s, dist_timeout_s: float, host: str, output_data_dir: str | None, status=None, goodput=None
     ):
-        """status: the process's (Status): the busy mark it publishes, the ending it sets, the spread it writes;
-        goodput: global rank 0's goodput.Attempt, whose figures so far end its line."""
+        """status: the process's Status (its busy mark, ending, spread); goodput: the Attempt whose figures end the line."""
         self.given_s, self.dist_timeout_s = given_s, dist_timeout_s
         self.host, self.output_data_dir = host, output_data_dir
         self.status: Status = status or Status()
@@ -106,9 +105,8 @@ class Watchdog:
         self.rank, self.world_size, self.step, self.key = rank, world_size, step, key
         self.steps: deque[float] = deque(maxlen=100)  # the latest step times, for the median
         self.untimed = UNTIMED  # intervals not timed yet (UNTIMED)
-        self.beat = self.clock()  # the main thread's last progress
+        self.beat = self.answered = self.clock()  # the main thread's last progress; when the store last answered
         self.busy_seen = -float("inf")  # when this rank or a peer was last seen busy
-        self.answered = self.clock()  # when the store last answered
         self.warned: dict[str, float] = {}  # host → when it was last named a straggler
         self.read = heartbeats.Reader(key)  # the job's values from the store, what is not this job's said once
         self.since_ns = 0  # the end of the first step: stragglers are judged from there on
@@ -268,7 +266,7 @@ class Watchdog:
                 with open(os.path.join(folder, f"rank_{self.rank}"), "wb") as f:
                     # no stacks: symbolizing them takes the GIL, which a stuck main thread may hold (pytorch#167023)
                     f.write(c10d._dump_fr_trace(True, False, False))
-        if self.goodput is not None and self.goodput.training:  # where the time went until the hang, as any failure's
+        if self.goodput is not None and self.goodput.training:  # where the time went until then, as any failure says
             said = f"{said}; {self.goodput.line(so_far=True)}"
         failure.report(said)
         sys.stdout.flush()
@@ -298,9 +296,5 @@ def concern(ctx: Context) -> Part:
     """The Watchdog in a job: a hang names itself, stragglers show."""
     if not ctx.plan.in_job:
         return Part()
-    plan, given_s = ctx.plan, ctx.config["training_timeout"]
-    return Part(
-        callbacks=[
-            made(Watchdog, ctx.pl)(given_s, plan.timeout_s, plan.host, plan.output_data_dir, ctx.status, ctx.goodput)
-        ]
-    )
+    plan, watchdog, given_s = ctx.plan, made(Watchdog, ctx.pl), ctx.config["training_timeout"]
+    return Part(callbacks=[watchdog(given_s, plan.timeout_s, plan.host, plan.output_data_dir, ctx.status, ctx.goodput)])
