@@ -13,7 +13,6 @@ from sagemaker_lightning.checkpoints.export import Export
 from sagemaker_lightning.checkpoints.io import AtomicCheckpointIO
 from sagemaker_lightning.checkpoints.last import LastCheckpoint
 from sagemaker_lightning.checkpoints.resume import ResumePoint
-from sagemaker_lightning.checkpoints.sharded_writer import ShardedWriter
 from sagemaker_lightning.cli.concern import Context, Part
 from sagemaker_lightning.cli.lightning_package import made
 from sagemaker_lightning.parallel import fsdp
@@ -46,7 +45,11 @@ def concern(ctx: Context) -> Part:
     every, grace = config["last_checkpoint_every_n_steps"], restarts.grace_s(config["stop_grace_s"], plan.on_sagemaker)
     grace = grace if plan.in_job else None
     ledger = ctx.goodput and ctx.goodput.ledger
-    shards = functools.partial(ShardedWriter, timeout_s=plan.timeout_s) if sharded else None
+    shards = None
+    if sharded:  # DCP's DefaultStager came after torch 2.5, the SMDDP flavors' (no fsdp there): imported for fsdp only
+        from sagemaker_lightning.checkpoints.sharded_writer import ShardedWriter
+
+        shards = functools.partial(ShardedWriter, timeout_s=plan.timeout_s)
     io = made(AtomicCheckpointIO, pl)(point, ctx.status.busy, ledger, shards)
     last = made(LastCheckpoint, pl)(every, ctx.model_checkpoint, unprotected, point, grace, ledger, io)
     cache = [made(CompileCache, pl)(ctx.model_checkpoint)] if config["compile_cache"] else []
