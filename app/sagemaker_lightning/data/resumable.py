@@ -30,7 +30,10 @@ class ResumableEpoch:
 
     Which epoch continues is Lightning's to say (it sets the sampler's epoch when an epoch starts): a checkpoint
     written on an epoch's last batch, or during the validation after it, holds an epoch whose batches all ran, which
-    Lightning counts as done; the next epoch then starts whole.
+    Lightning counts as done; the next epoch then starts whole. The position saved is always the sampler's epoch's:
+    a checkpoint written once Lightning has set the next epoch but before its first batch (a stop agreed at its first
+    step) holds none of its batches, not the count of the epoch before; one written by a resumed run before its first
+    batch holds the position it resumed at.
 
     Before each batch the random-number generators (torch's on the CPU and this process's GPU, numpy's, Python's) are
     seeded from the sampler's seed, the epoch and the batch's index: what the batch and its training step draw
@@ -42,7 +45,7 @@ class ResumableEpoch:
     drop_last = False  # a DataLoader's own: its last incomplete batch dropped
     _resume: tuple[int, int] | None = None  # (epoch, batches handed out) from the checkpoint: set by load_state_dict
     resumed: tuple[int, int] | None = None  # (epoch, batches of this shape) after a resume with another shape
-    _handed_out = 0  # batches handed out in the current epoch
+    _counted: tuple[int, int] = (-1, 0)  # (epoch, batches handed out in it) of the epoch iterated last
 
     def shape(self) -> dict:
         """What a position in the epoch is counted in, saved with it: a resume with another compares them."""
@@ -51,10 +54,23 @@ class ResumableEpoch:
         return {"batch size": int(self.batch_size), "world size": sampler.num_replicas, "seed": sampler.seed,
                 "shuffle": bool(sampler.shuffle), "drop_last": drop}  # fmt: skip
 
+    def _resumed_at(self) -> int:
+        """Batches of the sampler's epoch that the checkpoint resumed from had handed out, else 0."""
+        return self._resume[1] if self._resume and self._resume[0] == self.sampler.epoch else 0
+
+    def _position(self) -> tuple[int, int]:
+        """(epoch, batches of it trained on): the checkpoint's own until its epoch's first batch (nothing is trained
+        before it, and Lightning may not have set the sampler's epoch yet); then the batches handed out in the
+        sampler's epoch, none in an epoch not iterated yet (the sampler is set before its first batch is asked for)."""
+        if self._resume:
+            return self._resume
+        epoch = self.sampler.epoch
+        return epoch, self._counted[1] if self._counted[0] == epoch else 0
+
     def state_dict(self) -> dict:
-        shape = self.shape()
-        samples = self._handed_out * shape["batch size"] * shape["world size"]  # of the epoch's order, every rank's
-        return {"epoch": self.sampler.epoch, "batches": self._handed_out, "samples": samples, "shape": shape}
+        shape, (epoch, batches) = self.shape(), self._position()
+        samples = batches * shape["batch size"] * shape["world size"]  # of the epoch's order, every rank's
+        return {"epoch": epoch, "batches": batches, "samples": samples, "shape": shape}
 
     def load_state_dict(self, state: dict) -> None:
         was, now = state.get("shape"), self.shape()  # none: saved before shapes were (same shape assumed)
@@ -69,16 +85,16 @@ class ResumableEpoch:
     def _epoch(self, batches: Callable[[int], Iterator]) -> Iterator:
         """This epoch's batches, `batches(skip)` giving them from the first not skipped. Made when the first one is
         asked for, not at iter(): on resume Lightning calls iter() before it sets the epoch."""
-        resume, self._resume = self._resume, None
-        self._handed_out = resume[1] if resume and resume[0] == self.sampler.epoch else 0
-        iterator = batches(self._handed_out)
-        while True:
-            seed_all(hash((self.sampler.seed, self.sampler.epoch, self._handed_out)))
+        epoch, (start, self._resume) = self.sampler.epoch, (self._resumed_at(), None)
+        self._counted = (epoch, start)
+        iterator = batches(start)
+        for handed_out in itertools.count(start):
+            seed_all(hash((self.sampler.seed, epoch, handed_out)))
             try:
                 batch = next(iterator)
             except StopIteration:
                 return
-            self._handed_out += 1
+            self._counted = (epoch, handed_out + 1)
             yield batch
 
 

@@ -55,7 +55,7 @@ def datasets(loader) -> list:
 
 def training_loaders(trainer) -> list:
     combined = trainer.fit_loop._combined_loader
-    return [loader for loader in (combined.flattened if combined else []) if is_streaming(loader)]
+    return [loader for loader in (combined.flattened if combined is not None else []) if is_streaming(loader)]
 
 
 def check(loader, rank: int, world_size: int, checkpoint_dir: str | None) -> None:

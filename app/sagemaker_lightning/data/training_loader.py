@@ -17,6 +17,7 @@ from sagemaker_lightning.cli.lightning_package import attribute, made
 from sagemaker_lightning.data import decoders
 from sagemaker_lightning.data.resumable import resumable
 from sagemaker_lightning.data.streaming import StreamingEpochs, is_streaming, prepared
+from sagemaker_lightning.lines import say
 
 
 def wrapped(loader, trainer):
@@ -53,18 +54,43 @@ class TrainingLoader:
             setattr(owner, name, loader)
 
     def on_train_start(self, trainer, pl_module):
-        """After a resume with another batch or world size (`resumed`: resumable.py, streaming.reshaped): Lightning's
-        count of the epoch's batches done made the new shape's, since its epoch ends when that count reaches the
-        loader's length (the old count would end it early, or run past it)."""
+        """After a resume mid-epoch, Lightning's count of the epoch's batches done is made the loaders': the new
+        shape's after a resume with another batch or world size (`resumed`: resumable.py, streaming.reshaped), since
+        the epoch ends when that count reaches the loader's length (the old count would end it early, or run past it);
+        0 where a training loader cannot resume mid-epoch (no state_dict: an IterableDataset's DataLoader, say),
+        whose epoch starts again at its first batch: said in one line (else its last batches would be left out)."""
         combined = trainer.fit_loop._combined_loader
-        for loader in combined.flattened if combined else []:
+        loaders = combined.flattened if combined is not None else []  # its len() fails on an unsized loader
+        done = trainer.fit_loop.epoch_loop.batch_progress.current.ready
+        if done and (plain := [loader for loader in loaders if not hasattr(loader, "state_dict")]):
+            move(trainer, 0)
+            if trainer.is_global_zero:
+                say(restarted(trainer.current_epoch, done, plain[0]))
+        for loader in loaders:
             if (resumed := getattr(loader, "resumed", None)) and resumed[0] == trainer.current_epoch:
-                current = trainer.fit_loop.epoch_loop.batch_progress.current
-                shift = resumed[1] - current.ready  # each counter as saved (completed may trail by one), moved
-                current.ready, current.started = current.ready + shift, current.started + shift
-                current.processed, current.completed = current.processed + shift, current.completed + shift
+                move(trainer, resumed[1])
             if resumed:
                 loader.resumed = None
+
+
+def move(trainer, batches: int) -> None:
+    """Lightning's count of the epoch's batches done set to `batches`, each counter as saved (completed may trail)."""
+    current = trainer.fit_loop.epoch_loop.batch_progress.current
+    shift = batches - current.ready
+    current.ready, current.started = current.ready + shift, current.started + shift
+    current.processed, current.completed = current.processed + shift, current.completed + shift
+
+
+def restarted(epoch: int, done: int, loader) -> str:
+    """The line of a resume mid-epoch whose training loader cannot resume there."""
+    what = type(loader).__name__
+    if dataset := getattr(loader, "dataset", None):
+        what += f" over {type(dataset).__name__}"
+    return (
+        f"resumed epoch {epoch} at batch {done}, but the training loader ({what}) cannot resume mid-epoch (it has no "
+        f"state_dict): the epoch starts again at its first batch, and its first {done} batches on each rank are "
+        "trained again; a DataLoader over a map-style dataset resumes exactly"
+    )
 
 
 def concern(ctx: Context) -> Part:

@@ -22,7 +22,10 @@ _validations = itertools.count()  # every rank runs the same validations, in eac
 class StopTogether:
     """Every rank stops at the same step when SIGTERM reaches the hosts at different moments: Lightning's handler is
     replaced by one that only notes the signal, and the ranks agree (any rank signalled → all stop) in one all-reduce
-    at agreed steps about AGREE_EVERY_S of training apart, and at the end of each validation. In a validation, whose
+    at agreed steps about AGREE_EVERY_S of training apart, at the end of each validation, after each epoch's end
+    hooks and before a fit's first epoch, so that a stop signalled at an epoch's end (or while a resumed run
+    restores) stops before the next epoch starts (its loaders, on_train_epoch_start), in the state a lone process
+    stops in at an epoch's end. In a validation, whose
     ranks may run different numbers of batches (an IterableDataset, a loader of the project's own), no collective
     could pair: the job's store decides each validation once (STOP or DONE, the first written wins), and a rank
     looks at it at every batch's end, so a stop decided before that end is seen there, however long the next batch.
@@ -40,10 +43,10 @@ class StopTogether:
     clock = staticmethod(time.monotonic)
 
     def setup(self, trainer, pl_module, stage):
-        self.pending = None  # a lone process: Lightning's own handler, which has no peer to pair with
-        if trainer.world_size == 1:
+        self.pending = None if trainer.world_size == 1 else False  # None: Lightning's own handler, no peer to pair with
+        self._between_epochs(trainer)
+        if self.pending is None:
             return
-        self.pending = False
         self.every, self.countdown, self.since = 1, 1, None  # the first step agrees, and times the next ones
 
         def note(signum, frame):
@@ -53,7 +56,6 @@ class StopTogether:
                     trainer.strategy.launcher.kill(signum)
 
         trainer._signal_connector._sigterm_notifier_fn = note  # read when fit() registers its handlers, after setup
-        stopped = lightning_package.attribute(self.pl, "utilities.exceptions.SIGTERMException")
 
         def before_step():  # in place of Lightning's: every rank runs it at the start of each training step
             self.countdown -= 1
@@ -65,10 +67,39 @@ class StopTogether:
             self.since = now
             self.every = self.agree(trainer, min(max(proposal, 1), self.MOST_STEPS))
             if trainer._signal_connector.received_sigterm:
-                raise stopped
+                raise self.stopped
             self.countdown = self.every
 
         trainer.fit_loop.epoch_loop._broadcast_sigterm_tensor = before_step
+
+    @property
+    def stopped(self) -> type:
+        """What stops every rank: Lightning's SIGTERMException, whose handling saves last.ckpt (checkpoints/last.py)."""
+        return lightning_package.attribute(self.pl, "utilities.exceptions.SIGTERMException")
+
+    def _between_epochs(self, trainer) -> None:
+        """Every rank (a lone process too) agrees after each epoch's end hooks (their last.ckpt included) and before
+        a fit's first epoch (after a resumed run's restore and on_train_start hooks), and stops there if signalled:
+        in the state a lone process stops in at an epoch's end, the next epoch not begun."""
+        fit_loop, started = trainer.fit_loop, []
+        loop = type(fit_loop)  # the class's methods: a second fit wraps them once
+
+        def stop_if_agreed():
+            self.agree(trainer)
+            if trainer._signal_connector.received_sigterm:
+                raise self.stopped
+
+        def on_advance_start():
+            if not started:
+                started.append(True)
+                stop_if_agreed()
+            loop.on_advance_start(fit_loop)
+
+        def on_advance_end():
+            loop.on_advance_end(fit_loop)  # where Lightning raises for a stop agreed before
+            stop_if_agreed()
+
+        fit_loop.on_advance_start, fit_loop.on_advance_end = on_advance_start, on_advance_end
 
     def agree(self, trainer, proposal: int = 1) -> int:
         """Whether any rank has been signalled, as Lightning's received_sigterm on every rank; every rank must call it
@@ -126,9 +157,7 @@ class StopTogether:
                 wait = min(2 * wait, self.MOST_WAIT_S)
         if self.store.get(self.key) == STOP.encode():
             trainer._signal_connector.received_sigterm = True
-            raise lightning_package.attribute(
-                self.pl, "utilities.exceptions.SIGTERMException"
-            )  # Lightning's own stops not here
+            raise self.stopped  # Lightning's own stops not here
 
 
 def concern(ctx: Context) -> Part:
