@@ -58,6 +58,25 @@ def confined(state: dict, dirpath: str | None, mode: str) -> tuple[dict, list[st
     return kept, list(dict.fromkeys(dropped))
 
 
+@contextlib.contextmanager
+def validation_not_run(trainer):
+    """A save inside a fit's validation as one made before it began: Lightning, resumed from it, runs that validation
+    whole (it takes a validation whose batches it counts as done for run, and skips it: its metrics, the best
+    checkpoint's choice and a tuning job's objective line for that epoch would be lost)."""
+    if not trainer.validating or trainer.sanity_checking:
+        yield
+        return
+    progress = trainer.fit_loop.epoch_loop.val_loop.batch_progress
+    kept, before = progress.state_dict(), progress.total.completed - progress.current.completed
+    for counter, done in ((progress.total, before), (progress.current, 0)):  # one batch begun, none processed:
+        counter.ready = counter.started = done + 1  # Lightning's mark of a validation cut short, which it runs
+        counter.processed = counter.completed = done  # again from its first batch
+    try:
+        yield
+    finally:
+        progress.load_state_dict(kept)
+
+
 def interval_steps(seconds_per_step: float, target_s: float = AUTO_INTERVAL_S) -> int:
     """Optimizer steps in about `target_s` seconds of training, at least 1."""
     return max(1, round(target_s / max(seconds_per_step, 1e-9)))
@@ -67,7 +86,9 @@ class LastCheckpoint:
     """last.ckpt, what a restarted job resumes from: every `every_n_steps` optimizer steps, at each epoch end, and
     when SageMaker stops the job (SIGTERM on StopTrainingJob or spot interruption: Lightning stops every rank at the
     same step boundary, where they save it together). The training loader's state in it (data/resumable.py) makes a
-    resumed run continue as the uninterrupted one would.
+    resumed run continue as the uninterrupted one would. A save due at a step that a validation follows is made after
+    that validation, and a stop's save inside one as if it had not begun (validation_not_run): either way the resumed
+    run runs each validation the uninterrupted one ran.
 
     Where SIGTERM cannot reach the training processes (`unprotected` says why: PID 1 is not the image's entrypoint,
     as under SDK 3.x's driver), a stop kills them without warning: every_n_steps=None then means about every
@@ -103,6 +124,7 @@ class LastCheckpoint:
         self.timing = ledger.timing if ledger else (lambda term: contextlib.nullcontext())
         self.io = io  # None: a save is complete when trainer.save_checkpoint returns
         self._saved_step = -1
+        self._after_validation = False  # a save due at a step a validation follows: made after it
         self._timing = None  # (first step timed, its clock) while the interval is being measured
 
     def save(self, trainer, stop: bool = False) -> str:
@@ -158,7 +180,8 @@ class LastCheckpoint:
     def on_validation_end(self, trainer, pl_module):
         # saved at this step before this validation: that last.ckpt names the best checkpoint as it was, which
         # ModelCheckpoint may just have replaced and deleted; a run resumed from it would export a missing file
-        if trainer.global_step == self._saved_step and not trainer.sanity_checking:
+        if (trainer.global_step == self._saved_step or self._after_validation) and not trainer.sanity_checking:
+            self._after_validation = False
             self.save(trainer)
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
@@ -168,7 +191,12 @@ class LastCheckpoint:
         if self.every_n_steps is None:
             self._measure(trainer, step)
         if self.every_n_steps and step % self.every_n_steps == 0 and step != self._saved_step:
-            self.save(trainer)
+            # before a validation that follows this step, Lightning would count that validation as run: a run resumed
+            # from it would skip it
+            fit_loop = trainer.fit_loop
+            self._after_validation = fit_loop.epoch_loop._should_check_val_fx(fit_loop._data_fetcher)
+            if not self._after_validation:
+                self.save(trainer)
 
     def _measure(self, trainer, step: int) -> None:
         """Time MEASURED_STEPS steps after the first; rank 0's interval, the same on every rank (a broadcast)."""
@@ -197,7 +225,8 @@ class LastCheckpoint:
         # not in the sanity check: nothing was trained since the start or the checkpoint it resumed from
         stopped = isinstance(exception, attribute(self.pl, "utilities.exceptions.SIGTERMException"))
         if stopped and not trainer.sanity_checking:
-            self.save(trainer, stop=True)  # after the save in flight, within the grace
+            with validation_not_run(trainer):  # a validation the stop cut short runs again, whole, on resume
+                self.save(trainer, stop=True)  # after the save in flight, within the grace
 
     def on_load_checkpoint(self, trainer, pl_module, checkpoint):
         # before any callback's load_state_dict (Lightning calls every on_load_checkpoint first)

@@ -38,7 +38,8 @@ SETTINGS = (
         "last_checkpoint_every_n_steps",
         int | None,
         None,
-        "last.ckpt every N optimizer steps, besides each epoch's end and SIGTERM (0: not by steps; null: not by steps "
+        "last.ckpt every N optimizer steps (after the validation that follows, if one does), besides each epoch's "
+        "end and SIGTERM (0: not by steps; null: not by steps "
         f"where SIGTERM reaches the trainer, else about every {AUTO_INTERVAL_S} s of training)",
     ),
     Setting("dist_timeout", int, DEFAULT_TIMEOUT_S, "seconds a rank waits for the others"),

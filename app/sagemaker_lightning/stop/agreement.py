@@ -5,6 +5,8 @@ the training processes at all: signals.py. docs/reliability.md records why Light
                                                      # validations of different lengths
 """
 
+import atexit
+import contextlib
 import itertools
 import time
 
@@ -38,6 +40,8 @@ class StopTogether:
     # torch 2.14.1, 2 EPYC cores). Looking at most every 0.25 s let a stop decided just before a batch's end wait for
     # the whole next batch: one that outlasted the grace lost the signalled peer to SIGKILL.
     MOST_WAIT_S = 0.25  # at most between a waiting rank's looks
+    LEAVE_WAIT_S = 10  # global rank 0, at a stop decided in a validation: for every rank to have read it (a peer's
+    # batch in progress, which is far shorter in any job that stops within SageMaker's 120 s grace)
     FIRST_WAIT_S = 0.001  # a waiting rank looks again after this, then after twice as long each time: it waits for
     # its peers at most about as long again
     clock = staticmethod(time.monotonic)
@@ -115,6 +119,8 @@ class StopTogether:
         connector.received_sigterm = signalled > 0
         return max(proposals // trainer.world_size, 1)
 
+    leaving = False  # global rank 0 waits at exit for its peers to read a stop decided in a validation
+
     def on_validation_start(self, trainer, pl_module):
         if self.pending is not None:
             self.key, self.arrived = f"{PREFIX}{next(_validations)}", False
@@ -128,8 +134,8 @@ class StopTogether:
             return
         # the first signalled rank decides STOP; a DONE (every rank past its last batch) comes too late for it
         said = self.store.compare_set(self.key, "", STOP) if self.pending else self._said()
-        # Lightning's evaluation loop stops after this batch once received_sigterm is set
-        trainer._signal_connector.received_sigterm |= said == STOP.encode()
+        if said == STOP.encode():
+            self._stopping(trainer)  # Lightning's evaluation loop stops after this batch once received_sigterm is set
 
     def on_validation_epoch_end(self, trainer, pl_module):
         if self.pending is not None and not self.arrived:  # a step that takes the loader's iterator: no last batch
@@ -156,8 +162,27 @@ class StopTogether:
                 time.sleep(wait)
                 wait = min(2 * wait, self.MOST_WAIT_S)
         if self.store.get(self.key) == STOP.encode():
-            trainer._signal_connector.received_sigterm = True
+            self._stopping(trainer)
             raise self.stopped  # Lightning's own stops not here
+
+    def _stopping(self, trainer) -> None:
+        """This rank stops in a validation the store decided STOP, and says it read the decision; global rank 0, whose
+        process may hold the store, waits as it exits until every rank has (a rank that looked after it left failed on
+        the lost store, exit 1, instead of stopping), at most LEAVE_WAIT_S."""
+        trainer._signal_connector.received_sigterm = True
+        if trainer.global_rank:
+            with contextlib.suppress(Exception):  # the store gone: this rank stops all the same
+                self.store.add(self.key + "/read", 1)
+        elif not self.leaving:
+            self.leaving = True
+            atexit.register(_read_by_peers, self.store, self.key + "/read", trainer.world_size - 1)
+
+
+def _read_by_peers(store, key: str, peers: int) -> None:
+    deadline = time.monotonic() + StopTogether.LEAVE_WAIT_S
+    with contextlib.suppress(Exception):
+        while store.add(key, 0) < peers and time.monotonic() < deadline:
+            time.sleep(0.01)
 
 
 def concern(ctx: Context) -> Part:

@@ -12,7 +12,9 @@ import sys
 from oracle.project import IDS
 from oracle.rank import Fault, Pipeline
 
-SLOW, FAST = 1.0, 0.01  # a step's seconds to the stop agreement's clock: above its AGREE_EVERY_S (0.25), far below
+# the stop agreement's interval (StopTogether.AGREE_EVERY_S, 0.25 s): far shorter than a step of the job (about a
+# millisecond), so every step agrees ("slow steps", as a real model's), or far longer (an agreement every MOST_STEPS)
+SLOW, FAST = 1e-6, 1e3
 
 
 @dataclasses.dataclass(frozen=True)
@@ -201,11 +203,11 @@ Generated from the interruption oracle's cases (`python tests/plugins/oracle/cas
 job (16 ids an epoch, 2 epochs, a validation every 2 steps and at each epoch's end, `last.ckpt` every 3 steps) once
 uninterrupted, then interrupted where the row says and resumed until it ends, every rank a real process (a SIGKILL
 is one), and holds the chain to the uninterrupted run: every step trains the same sample ids with the same loss on
-every rank, each id once an epoch, the same final weights (`torch.equal`); after a SIGTERM no step is trained
-twice, the stop comes at the first step the ranks agree at after the signal (with slow steps every step agrees), and
-no epoch starts after it. Where a resume cannot be exact (a loader that cannot resume mid-epoch, a shape that does
-not divide the samples done), the job must say so in one line, and the samples the line names as trained again must
-be exactly those trained twice.
+every rank, each id once an epoch, every validation runs, the same final weights (`torch.equal`); after a SIGTERM
+every rank ends stopped (exit 143), no step or validation runs twice, the stop comes at the first step the ranks
+agree at after the signal (with slow steps every step agrees), and no epoch starts after it. Where a resume cannot
+be exact (a loader that cannot resume mid-epoch, a shape that does not divide the samples done), the job must say
+so in one line, and the samples the line names as trained again must be exactly those trained twice.
 
 ## Every boundary × every interruption
 

@@ -9,6 +9,7 @@ step's ids and loss, each epoch's start, the moment of its signal; a rank that e
     .venv/bin/python -c "from oracle import rank; help(rank.Fault)"
 """
 
+import atexit
 import functools
 import json
 import multiprocessing
@@ -97,13 +98,14 @@ class Run:
     topology: str  # "1-process", "2-processes" (torchrun on one host), "2-hosts" (SageMaker's, one process each)
     port: int
     pipeline: Pipeline
-    pace_s: float  # the seconds each step takes, to the stop agreement's clock
+    agree_every_s: float  # the stop agreement's interval: far shorter than a step (slow steps) or far longer
     faults: tuple[tuple[int, Fault], ...] = ()  # (rank, fault)
     mutation: str | None = None  # a defect put into the runtime (MUTATIONS), to show the oracle finds it
 
 
 class Recorder:
-    """What this rank trains, appended as it goes: {"step", "epoch", "ids", "loss"} a step, {"epoch start"}."""
+    """What this rank trains, appended as it goes: {"step", "epoch", "ids", "loss"} a step, {"epoch start"},
+    {"validated": the step a validation ran at}."""
 
     BASE = "callbacks.Callback"
 
@@ -119,6 +121,10 @@ class Recorder:
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         ids = [int(i) for i in batch[1]]
         self.write(step=trainer.global_step - 1, epoch=trainer.current_epoch, ids=ids, loss=float(outputs["loss"]))
+
+    def on_validation_end(self, trainer, pl_module):
+        if not trainer.sanity_checking:
+            self.write(validated=trainer.global_step)
 
 
 class Interrupt:
@@ -264,8 +270,7 @@ def rank_main(rank: int, run: Run) -> None:
     signals.forwarded = lambda: True  # as under the image's entrypoint, which passes SIGTERM on
     signals.RUN_DIR = os.path.join(run.workdir, "run")
     process.SETTLE_S = 0  # the process ends with os._exit: nothing left to settle
-    clock = iter(range(10**9))
-    StopTogether.clock = staticmethod(lambda: next(clock) * run.pace_s)  # each look: one step's time at the pace
+    StopTogether.AGREE_EVERY_S = run.agree_every_s  # steps slower than it (an agreement each) or far faster
     if run.mutation:
         MUTATIONS[run.mutation]()
     pl = PACKAGES[run.pipeline.package]
@@ -289,6 +294,7 @@ def rank_main(rank: int, run: Run) -> None:
         torch.save(weights, f"weights-{rank}.pt")  # fsdp: this rank's shards (the process group is gone)
     except SystemExit as e:
         code = e.code if isinstance(e.code, int) else 1
+    atexit._run_exitfuncs()  # as the process's end runs them (os._exit: not the interpreter's finalization)
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)

@@ -218,7 +218,7 @@ def test_a_rank_past_its_last_validation_batch_waits_for_its_peers_at_most_the_s
     timeout (dist_timeout), not forever: the validation is then DONE, and a later STOP loses. A rank signalled while
     it waits decides STOP and stops there."""
     store = dist.TCPStore("127.0.0.1", free_port(), 1, True, timeout=datetime.timedelta(seconds=30))
-    trainer = SimpleNamespace(world_size=2, _signal_connector=SimpleNamespace(received_sigterm=False))
+    trainer = SimpleNamespace(world_size=2, global_rank=1, _signal_connector=SimpleNamespace(received_sigterm=False))
     stop = lightning_package.made(StopTogether, pytorch_lightning)()
     ticks = itertools.count()
     stop.clock = lambda: 10.0 * next(ticks)  # 10 s at each look: the timeout passes at the fourth
