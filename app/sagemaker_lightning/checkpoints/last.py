@@ -124,6 +124,8 @@ class LastCheckpoint:
         return path
 
     def setup(self, trainer, pl_module, stage):
+        if self.io and stage == "fit":  # another fit of the trainer: saves in the background again, as in its first
+            self.io.open()
         if trainer.is_global_zero and stage == "fit" and self.checkpoint.dirpath:
             clear_partials(self.checkpoint.dirpath)  # global rank 0 writes every file that has one
         asked = self.checkpoint.save_last  # ModelCheckpoint's own last.ckpt: a second whole file (last-v1.ckpt)

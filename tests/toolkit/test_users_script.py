@@ -1,0 +1,71 @@
+"""A user's own script as a job runs it, in a process of its own with SageMaker's variables: the runtime's LightningCLI
+with run=False, fit, then what Lightning promises after a fit (trainer.save_checkpoint: the file is there when it
+returns, a failure raises; no thread of the trainer's left behind).
+
+    .venv/bin/pytest tests/toolkit/test_users_script.py
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+pytestmark = pytest.mark.toolkit
+
+SCRIPT = """
+import json, os, threading, time
+import torch
+from lightning.pytorch.demos.boring_classes import BoringModel
+from sagemaker_lightning import LightningCLI
+
+save = torch.save
+def slow(*args, **kwargs):  # a disk slower than a step: a write in the background is not there yet when it returns
+    time.sleep(0.5)
+    return save(*args, **kwargs)
+torch.save = slow
+
+def writers():
+    return [t.name for t in threading.enumerate() if t.name.startswith("checkpoint-writer")]
+
+found = {}
+args = ["--trainer.max_steps=2", "--trainer.limit_val_batches=0", "--trainer.logger=false", "--checkpoint.dirpath=ckpts"]
+args += ["--trainer.accelerator=cpu", "--trainer.enable_progress_bar=false", "--trainer.enable_model_summary=false"]
+cli = LightningCLI(BoringModel, args=args, run=False, save_config_callback=None)
+cli.trainer.fit(cli.model)
+found["writers after the fit"] = writers()
+cli.trainer.save_checkpoint("final.ckpt")
+found["there when it returned"] = os.path.exists("final.ckpt")
+try:
+    found["loaded step"] = torch.load("final.ckpt", weights_only=True)["global_step"]
+except OSError as e:
+    found["loaded step"] = type(e).__name__
+open("a-file", "w").close()
+try:
+    cli.trainer.save_checkpoint("a-file/final.ckpt")
+    found["a save into a file"] = "returned"
+except OSError as e:
+    found["a save into a file"] = type(e).__name__
+found["writers at the end"] = writers()
+print("FOUND", json.dumps(found))
+"""
+
+
+def test_a_save_after_the_fit_is_there_when_it_returns_its_failure_raises_and_no_writer_thread_is_left(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SM_", "SAGEMAKER_"))}
+    env.update(SM_HOSTS='["localhost"]', SM_CURRENT_HOST="localhost", SM_NUM_GPUS="0", SM_OUTPUT_DIR=str(tmp_path))
+    env.update(SAGEMAKER_BASE_DIR=str(tmp_path / "ml"), SAGEMAKER_LIGHTNING_RUN_DIR=str(tmp_path / "run"))
+    (tmp_path / "script.py").write_text(SCRIPT)
+    run = subprocess.run(
+        [sys.executable, "script.py"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
+    )
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    found = json.loads(run.stdout.split("FOUND ", 1)[1])
+    assert found == {
+        "writers after the fit": [],
+        "there when it returned": True,
+        "loaded step": 2,
+        "a save into a file": "FileExistsError",  # as Lightning's own writer raises it
+        "writers at the end": [],
+    }
