@@ -7,6 +7,7 @@ returns, a failure raises; no thread of the trainer's left behind).
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -27,9 +28,10 @@ def slow(*args, **kwargs):  # a disk slower than a step: a write in the backgrou
 torch.save = slow
 
 def writers():
-    return [t.name for t in threading.enumerate() if t.name.startswith("checkpoint-writer")]
+    return [t.name for t in threading.enumerate() if t.name.startswith(("checkpoint-writer", "goodput-ledger"))]
 
 found = {}
+os.makedirs("ckpts/goodput.json")  # a folder where goodput's ledger goes: every write of it fails
 args = ["--trainer.max_steps=2", "--trainer.limit_val_batches=0", "--trainer.logger=false", "--checkpoint.dirpath=ckpts"]
 args += ["--trainer.accelerator=cpu", "--trainer.enable_progress_bar=false", "--trainer.enable_model_summary=false"]
 cli = LightningCLI(BoringModel, args=args, run=False, save_config_callback=None)
@@ -52,20 +54,32 @@ print("FOUND", json.dumps(found))
 """
 
 
-def test_a_save_after_the_fit_is_there_when_it_returns_its_failure_raises_and_no_writer_thread_is_left(tmp_path):
+@pytest.fixture(scope="module")
+def script(tmp_path_factory) -> tuple[subprocess.CompletedProcess, dict]:
+    """The script's run (one for every test here) and what it found."""
+    where = tmp_path_factory.mktemp("script")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SM_", "SAGEMAKER_"))}
-    env.update(SM_HOSTS='["localhost"]', SM_CURRENT_HOST="localhost", SM_NUM_GPUS="0", SM_OUTPUT_DIR=str(tmp_path))
-    env.update(SAGEMAKER_BASE_DIR=str(tmp_path / "ml"), SAGEMAKER_LIGHTNING_RUN_DIR=str(tmp_path / "run"))
-    (tmp_path / "script.py").write_text(SCRIPT)
-    run = subprocess.run(
-        [sys.executable, "script.py"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
-    )
+    env.update(SM_HOSTS='["localhost"]', SM_CURRENT_HOST="localhost", SM_NUM_GPUS="0", SM_OUTPUT_DIR=str(where))
+    env.update(SAGEMAKER_BASE_DIR=str(where / "ml"), SAGEMAKER_LIGHTNING_RUN_DIR=str(where / "run"))
+    (where / "script.py").write_text(SCRIPT)
+    run = subprocess.run([sys.executable, "script.py"], cwd=where, env=env, capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-    found = json.loads(run.stdout.split("FOUND ", 1)[1])
-    assert found == {
+    return run, json.loads(run.stdout.split("FOUND ", 1)[1])
+
+
+def test_a_save_after_the_fit_is_there_when_it_returns_its_failure_raises_and_no_writer_thread_is_left(script):
+    assert script[1] == {
         "writers after the fit": [],
         "there when it returned": True,
         "loaded step": 2,
         "a save into a file": "FileExistsError",  # as Lightning's own writer raises it
         "writers at the end": [],
     }
+
+
+def test_a_ledger_that_cannot_be_written_is_one_line_and_training_goes_on(script):
+    said = [line for line in script[0].stdout.splitlines() if "goodput.json" in line]
+    assert len(said) == 1 and re.fullmatch(
+        r"could not write goodput.s ledger .*ckpts/goodput\.json \(IsADirectoryError: .*\); .*retried.*", said[0]
+    ), said
+    assert re.search(r"^goodput [0-9.]+ %: training", script[0].stdout, re.M)  # the fit's end, as always

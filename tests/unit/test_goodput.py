@@ -8,6 +8,7 @@ steps again, and says so.
 
 import json
 import os
+import threading
 import time
 from types import SimpleNamespace
 
@@ -16,7 +17,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from sagemaker_lightning import LightningCLI, goodput, lines
+from sagemaker_lightning import LightningCLI, goodput, goodput_file, lines
 from sagemaker_lightning.boot import signals
 from sagemaker_lightning.cli.lightning_package import made
 
@@ -139,14 +140,13 @@ def test_a_killed_attempts_steps_after_its_last_save_are_trained_again_and_said(
     """The killed attempt's ledger (written as it trained) got to step 6; its checkpoint holds step 4: the next
     attempt trains steps 5 and 6 again, under their own term."""
     first = timeline(steps=(1.0,) * 6, waits=())
-    first.checkpoint = SimpleNamespace(dirpath=str(tmp_path))
-    first.write()
+    goodput_file.write(str(tmp_path), first.records())
     saved = [{**first.record(), "step": 4}]  # the record the checkpoint of step 4 carries
     clock = Clocks()
     ledger = goodput.Ledger()
     ledger.clock = clock
     second = goodput.Attempt(ledger, clock.now, SimpleNamespace(dirpath=str(tmp_path)), wall=clock)
-    second.resumed(saved, 4, goodput.read_ledger(str(tmp_path)))
+    second.resumed(saved, 4, goodput_file.read(str(tmp_path)))
     callback = made(goodput.Goodput, pl)(second)
     callback.clock = clock
     trainer = SimpleNamespace(is_global_zero=True, global_step=4, logger=None)
@@ -160,8 +160,43 @@ def test_a_killed_attempts_steps_after_its_last_save_are_trained_again_and_said(
     wall, seconds, again = goodput.summed(second.records())
     assert again == 2 and seconds["steps trained again"] == 2.0 and seconds["training"] == 6.0 + 2.0
     assert sum(seconds.values()) == pytest.approx(wall)
-    ledger = json.loads((tmp_path / goodput.LEDGER).read_text())["records"]  # both attempts, as far as each got
+    ledger = json.loads((tmp_path / goodput_file.NAME).read_text())["records"]  # both attempts, as far as each got
     assert [r["step"] for r in ledger] == [6, 8] and ledger[-1]["id"] == second.id
+
+
+def test_the_ledgers_write_holds_no_step_and_one_that_fails_is_said_once_and_retried(tmp_path, monkeypatch, capsys):
+    """An S3 put of the ledger that hangs holds no step; one that fails (S3's SlowDown) is one line, and the ledger is
+    written again at the next chance; the ledger's thread ends with the fit."""
+    from sagemaker_lightning.checkpoints import atomic
+
+    release, calls, put = threading.Event(), [], atomic.write
+
+    def slow_then_throttled(path, data):
+        calls.append(threading.current_thread().name)
+        assert release.wait(10), "held in the training thread"
+        if len(calls) == 1:
+            raise OSError("SlowDown: Please reduce your request rate.")
+        put(path, data)
+
+    monkeypatch.setattr(atomic, "write", slow_then_throttled)
+    clock = Clocks()
+    attempt = goodput.Attempt(goodput.Ledger(), clock.now, SimpleNamespace(dirpath=str(tmp_path)), wall=clock)
+    callback = made(goodput.Goodput, pl)(attempt)
+    callback.clock = clock
+    trainer = SimpleNamespace(is_global_zero=True, global_step=0, logger=None)
+    callback.setup(trainer, None, "fit")
+    for i in range(2):  # the first step's write is held; the second's interval passes while it is in flight
+        callback.on_train_batch_start(trainer, None, None, i)
+        clock.now += goodput_file.EVERY_S
+        trainer.global_step += 1
+        callback.on_train_batch_end(trainer, None, None, None, i)
+    release.set()
+    callback.on_fit_end(trainer, None)
+    assert calls == ["goodput-ledger_0", "goodput-ledger_0"]  # the held one, then the fit's end's
+    said = [line for line in capsys.readouterr().out.splitlines() if "goodput.json" in line]
+    assert len(said) == 1 and "(OSError: SlowDown: " in said[0] and "retried every 30 s" in said[0], said
+    assert [r["step"] for r in json.loads((tmp_path / goodput_file.NAME).read_text())["records"]] == [2]
+    assert not [t for t in threading.enumerate() if t.name.startswith("goodput-ledger")]
 
 
 class Slow(Dataset):
@@ -220,7 +255,7 @@ def test_a_spot_chain_of_three_interruptions_with_known_sleeps(tmp_path, monkeyp
     job = {"SM_HOSTS": '["localhost"]', "SM_CURRENT_HOST": "localhost", "SM_NUM_GPUS": "0"}
     monkeypatch.setattr(os, "environ", {**os.environ, **job, "SM_OUTPUT_DIR": str(tmp_path)})
     monkeypatch.setattr(signals, "RUN_DIR", str(tmp_path / "run"))
-    monkeypatch.setattr(goodput, "LEDGER_EVERY_S", 0.0)  # the ledger at every step
+    monkeypatch.setattr(goodput_file, "EVERY_S", 0.0)  # the ledger at every step
     args = ["fit", "--trainer.max_steps=12", "--trainer.accelerator=cpu", "--trainer.val_check_interval=4"]
     args += ["--trainer.limit_val_batches=2", "--trainer.num_sanity_val_steps=0", "--trainer.enable_progress_bar=false"]
     args += [f"--checkpoint.dirpath={tmp_path / 'ckpts'}", f"--trainer.default_root_dir={tmp_path}"]

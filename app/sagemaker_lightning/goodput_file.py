@@ -1,0 +1,83 @@
+"""goodput.json beside the checkpoints: the records of a job's attempts as far as each got (goodput.py), so that an
+attempt after a kill knows the time the killed ones spent since the last save. Bookkeeping, never a reason to end
+training: it is written from a thread of its own (an S3 put holds no step), one write at a time, and a write that
+fails (S3's SlowDown, a full disk) is one line, said once, the file written again at the next interval. No torch.
+
+    python -c "from sagemaker_lightning import goodput_file as f; f.write('/tmp', []); print(f.read('/tmp'))"
+"""
+
+import concurrent.futures
+import json
+
+from sagemaker_lightning.lines import say
+
+NAME = "goodput.json"
+EVERY_S = 30.0  # between its writes: an attempt killed after its last save loses at most this much
+
+
+def path(folder: str) -> str:
+    return f"{folder.rstrip('/')}/{NAME}"
+
+
+def write(folder: str, records: list[dict]) -> None:
+    """NAME in `folder`, whole or not at all."""
+    from sagemaker_lightning.checkpoints import atomic
+
+    atomic.write(path(folder), json.dumps({"records": records}).encode())
+
+
+def read(folder: str | None) -> list[dict] | None:
+    """The records NAME holds in `folder`, or None."""
+    if not folder:
+        return None
+    import fsspec
+
+    try:
+        with fsspec.open(path(folder), "r") as f:
+            found = json.load(f)
+        records = found.get("records") if isinstance(found, dict) else None
+        return records if isinstance(records, list) and all(isinstance(r, dict) for r in records) else None
+    except (OSError, ValueError):
+        return None
+
+
+class Writes:
+    """The file's writes from a thread of their own, made at the first write and ended by `close` (the fit's end):
+    while one is in flight a later one is not asked for (the next interval's writes the newer records); a failure is
+    said in the calling (training) thread, where a line cannot land inside a project's print()."""
+
+    def __init__(self):
+        self._thread = None
+        self._put = None  # (folder, future) of the write in flight
+        self._failed = False  # said once: each interval would say it again
+
+    def write(self, folder: str, records: list[dict]) -> None:
+        """`records` (taken in the training thread) written in the background, unless a write is in flight."""
+        self.check(wait=False)
+        if self._put is None:
+            if self._thread is None:
+                self._thread = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="goodput-ledger")
+            self._put = (folder, self._thread.submit(write, folder, records))
+
+    def check(self, wait: bool) -> None:
+        """The write in flight, once it is done (waited for when `wait`): its failure said, the first time."""
+        if self._put is None or not (wait or self._put[1].done()):
+            return
+        (folder, put), self._put = self._put, None
+        try:
+            put.result()
+        except Exception as e:
+            if not self._failed:
+                self._failed = True
+                say(
+                    f"could not write goodput's ledger {path(folder)} ({type(e).__name__}: {e}); training goes on and "
+                    f"the write is retried every {EVERY_S:.0f} s (until one lands, an attempt killed after its last "
+                    "save leaves its time since that save out of the goodput)"
+                )
+
+    def close(self) -> None:
+        """The write in flight done, the thread ended."""
+        self.check(wait=True)
+        if self._thread is not None:
+            self._thread.shutdown()
+            self._thread = None
