@@ -151,10 +151,19 @@ class Attempt:
         figures = {f"goodput/{term.replace(' ', '_').replace('-', '_')}_s": s for term, s in seconds.items()}
         return {**figures, "goodput/percent": lines.percent(wall, seconds)}
 
-    def line(self, so_far: bool = False) -> str:
+    def line(self) -> str:
         """The goodput line of every attempt so far (lines.goodput)."""
-        said = lines.goodput(*summed(self.records()))
-        return said.replace("goodput", "goodput so far", 1) if so_far else said
+        return lines.goodput(*summed(self.records()))
+
+    def so_far(self) -> str | None:
+        """A failure line's end (cli/hub.py, the watchdog's): the goodput so far, once this attempt trained; None
+        before, or where it cannot be said. It never raises: it is said while the job fails."""
+        if not self.training:
+            return None
+        try:
+            return self.line().replace("goodput", "goodput so far", 1)
+        except Exception:  # a figure no check foresaw must not take the failure's own line with it
+            return None
 
 
 class Goodput:
@@ -178,11 +187,12 @@ class Goodput:
         return {"records": self.attempt.records()}
 
     def load_state_dict(self, state_dict: dict) -> None:
-        self._saved = list(state_dict.get("records") or [])
+        self._saved = state_dict.get("records") or []  # checked where they are used, on global rank 0
 
     def on_train_start(self, trainer, pl_module):
         if self.on:
-            self.attempt.resumed(self._saved, trainer.global_step, goodput_file.read(self.attempt.where()))
+            saved = goodput_file.checked(self._saved, "the goodput records of the checkpoint resumed from") or []
+            self.attempt.resumed(saved, trainer.global_step, goodput_file.read(self.attempt.where()))
 
     def on_validation_start(self, trainer, pl_module):
         self._validation = (self.clock(), self.ledger.accounted())

@@ -1,7 +1,9 @@
 """goodput.json beside the checkpoints: the records of a job's attempts as far as each got (goodput.py), so that an
 attempt after a kill knows the time the killed ones spent since the last save. Bookkeeping, never a reason to end
 training: it is written from a thread of its own (an S3 put holds no step), one write at a time, and a write that
-fails (S3's SlowDown, a full disk) is one line, said once, the file written again at the next interval. No torch.
+fails (S3's SlowDown, a full disk) is one line, said once, the file written again at the next interval. Whoever can
+write the checkpoint location can plant the file, and a checkpoint's records: each figure is checked when read
+(`checked`), and records that are not the runtime's are ignored in one line naming where they came from. No torch.
 
     python -c "from sagemaker_lightning import goodput_file as f; f.write('/tmp', []); print(f.read('/tmp'))"
 """
@@ -13,6 +15,9 @@ from sagemaker_lightning.lines import say
 
 NAME = "goodput.json"
 EVERY_S = 30.0  # between its writes: an attempt killed after its last save loses at most this much
+# above any figure of a record (seconds: 31,000 years; steps): a larger one is no record's, and an integer too large
+# for a float would fail the sums
+MOST = 1e12
 
 
 def path(folder: str) -> str:
@@ -26,19 +31,45 @@ def write(folder: str, records: list[dict]) -> None:
     atomic.write(path(folder), json.dumps({"records": records}).encode())
 
 
+def problem(records) -> str | None:
+    """Why `records` are not attempts' records as goodput.py writes them, or None: a list of objects whose figures
+    (wall, steps_again, step, each term's seconds) are numbers from 0 to MOST."""
+    if not isinstance(records, list) or not all(isinstance(r, dict) for r in records):
+        return "not a list of records"
+    for record in records:
+        seconds = record.get("seconds", {})
+        if not isinstance(seconds, dict):
+            return "seconds is not an object"
+        for name, figure in [*((k, record.get(k, 0)) for k in ("wall", "steps_again", "step")), *seconds.items()]:
+            if type(figure) not in (int, float) or not 0 <= figure <= MOST:  # NaN too: no comparison holds
+                return f"{name} is {json.dumps(figure)[:40]}"
+    return None
+
+
+def checked(records, source: str) -> list[dict] | None:
+    """`records`, or None (none known) with one line naming `source` and what is wrong with them."""
+    if (why := problem(records)) is None:
+        return records
+    say(f"ignored {source}: not goodput's records as the runtime writes them ({why}); goodput goes on without them")
+    return None
+
+
 def read(folder: str | None) -> list[dict] | None:
-    """The records NAME holds in `folder`, or None."""
+    """The records NAME holds in `folder`, checked; None where there is none."""
     if not folder:
         return None
     import fsspec
 
     try:
         with fsspec.open(path(folder), "r") as f:
-            found = json.load(f)
-        records = found.get("records") if isinstance(found, dict) else None
-        return records if isinstance(records, list) and all(isinstance(r, dict) for r in records) else None
-    except (OSError, ValueError):
+            text = f.read()
+    except OSError:  # none written yet, or none readable: as none
         return None
+    try:
+        found = json.loads(text)
+    except (ValueError, RecursionError):  # RecursionError: arrays nested deeper than the parser goes
+        found = None
+    return checked(found.get("records") if isinstance(found, dict) else found, f"goodput's ledger {path(folder)}")
 
 
 class Writes:

@@ -199,6 +199,52 @@ def test_the_ledgers_write_holds_no_step_and_one_that_fails_is_said_once_and_ret
     assert not [t for t in threading.enumerate() if t.name.startswith("goodput-ledger")]
 
 
+@pytest.mark.parametrize(
+    "figure, said", [("12", '"12"'), (float("inf"), "Infinity"), (float("nan"), "NaN"), (-1, "-1"), (True, "true")]
+)
+def test_a_records_figure_that_is_no_count_of_seconds_or_steps_is_named(figure, said):
+    record = {"id": "a", "wall": 2.0, "seconds": {"training": 1.0}, "steps_again": 0, "step": 2}
+    assert goodput_file.problem([record]) is None
+    assert goodput_file.problem([{**record, "wall": figure}]) == f"wall is {said}"
+    assert goodput_file.problem([{**record, "seconds": {"end": figure}}]) == f"end is {said}"
+    assert goodput_file.problem([{**record, "step": 10**400}]) == f"step is 1{'0' * 39}"  # no float holds it
+    assert goodput_file.problem({"records": []}) == "not a list of records"
+
+
+def test_a_checkpoints_mistyped_records_are_ignored_in_one_line_and_the_fit_ends_with_its_line(capsys):
+    clock = Clocks()
+    attempt = goodput.Attempt(goodput.Ledger(), clock.now, wall=clock)
+    callback = made(goodput.Goodput, pl)(attempt)
+    callback.clock = clock
+    trainer = SimpleNamespace(is_global_zero=True, global_step=4, logger=None)
+    callback.setup(trainer, None, "fit")
+    callback.load_state_dict({"records": [{"id": "a", "wall": "12", "seconds": {}, "step": 4}]})
+    callback.on_train_start(trainer, None)
+    callback.on_train_batch_start(trainer, None, None, 0)
+    clock.now += 1.0
+    trainer.global_step += 1
+    callback.on_train_batch_end(trainer, None, None, None, 0)
+    callback.on_fit_end(trainer, None)
+    said = capsys.readouterr().out.splitlines()
+    assert said[0] == (
+        "ignored the goodput records of the checkpoint resumed from: not goodput's records as the runtime writes them "
+        '(wall is "12"); goodput goes on without them'
+    )
+    assert len(said) == 2 and said[1] == attempt.line() and attempt.records() == [attempt.record()]
+
+
+def test_a_failures_line_is_said_whatever_its_goodput_so_far_holds(capsys):
+    """fail() ends a job's failure line with the goodput so far: a figure no check foresaw leaves the line without it,
+    never raises in its place (a job that failed so ended in a traceback and no failure file)."""
+    from lightning.pytorch.demos.boring_classes import BoringModel
+
+    cli = LightningCLI(BoringModel, args=["--trainer.logger=false"], run=False)
+    cli.goodput.training, cli.goodput.before = True, [{"wall": "12"}]
+    assert cli.fail(RuntimeError("a crash")) == 1
+    errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("ERROR: ")]
+    assert len(errors) == 1 and "a crash" in errors[0] and "goodput" not in errors[0], errors
+
+
 class Slow(Dataset):
     """Each item waits DATA_S: the data wait of a step."""
 

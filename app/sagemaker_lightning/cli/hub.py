@@ -141,8 +141,8 @@ class LightningCLI:
         )
         if show_traceback:
             traceback.print_exception(type(e), e, tb or e.__traceback__)
-        if self.goodput.training:  # where the time went until the failure
-            line = f"{line}; {self.goodput.line(so_far=True)}"
+        if said := self.goodput.so_far():  # where the time went until the failure
+            line = f"{line}; {said}"
         failure.report(line, env=os.environ if file else {})
         return code
 
