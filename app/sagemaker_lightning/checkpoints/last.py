@@ -147,6 +147,16 @@ class LastCheckpoint:
         for callback in (c for c in trainer.callbacks if isinstance(c, model_checkpoint)):
             hook = type(callback).on_train_epoch_end.__get__(callback)  # the class's: a second fit wraps it once
             callback.on_train_epoch_end = functools.partial(self._top_k_then_save, callback, hook)
+            if self.io:
+                exists = type(callback).file_exists.__get__(callback)
+                callback.file_exists = functools.partial(self._written_then_exists, exists)
+
+    def _written_then_exists(self, exists, filepath, trainer) -> bool:
+        # ModelCheckpoint's version counter asks whether a name is taken before it saves: a file still being written
+        # is (it wrote the next best over it). The wait costs nothing the save after it would not wait for: at most
+        # one save is in flight
+        self.io.wait()
+        return exists(filepath, trainer)
 
     def _top_k_then_save(self, callback, hook, trainer, pl_module):
         chosen = (callback.best_model_path, list(callback.best_k_models))
