@@ -17,11 +17,7 @@ import re
 import sys
 import time
 
-try:  # Python's own parser of regular expressions, as re compiles them
-    from re import _parser as re_parser
-except ImportError:  # before Python 3.11
-    import sre_parse as re_parser
-
+from jobs import metric_regex
 from sagemaker_lightning import lines
 from sagemaker_lightning.failure import UserError
 from sagemaker_lightning.launch import paths
@@ -38,7 +34,6 @@ LOCAL_CHECKPOINTS = "/opt/ml/input/data/checkpoints"  # local mode has no checkp
 INPUT_MODES = ("File", "FastFile")
 LOCAL_FASTFILE = "local mode copies the channels whole (File): FastFile runs in the cloud only"
 MAX_METRICS, MAX_REGEX = 40, 500  # MetricDefinitions: 40 at most, each Regex 500 characters (the API's shapes)
-NUMBER = frozenset("0123456789.-+eE")  # the characters of a metric's value as SageMaker reads it (a float)
 KEEP_ALIVE_MAX_S = 3600  # SageMaker's longest KeepAlivePeriodInSeconds for one job (its warm pools' documentation)
 # SageMaker's framework hyperparameters per distribution, as SDK 2.x's PyTorch estimator sets them; the toolkit
 # in the image reads them and picks its runner (tests/unit/scripts/test_run_sagemaker.py compares with the SDK's own)
@@ -122,62 +117,6 @@ def framework_hyperparameters(distribution: str, instance_type: str, processes_p
     return {k: json.dumps(v) for k, v in params.items()}
 
 
-def parts(av) -> list:
-    """The parsed expressions inside one parsed item's argument: a group's, a repeat's, each branch's."""
-    found = []
-    for part in av if isinstance(av, tuple) else (av,):
-        found += [p for p in (part if isinstance(part, list) else [part]) if isinstance(p, re_parser.SubPattern)]
-    return found
-
-
-def first_group(items):
-    """The parsed expression of a parsed regex's first group, or None."""
-    for op, av in items:
-        if str(op) == "SUBPATTERN" and av[0] == 1:
-            return av[3]
-        for part in parts(av):
-            if (found := first_group(part)) is not None:
-                return found
-    return None
-
-
-def numeric(items) -> bool:
-    """Whether parsed `items` match only characters of a number (NUMBER): no `.`, `\\S`, `[^ ]`, letters."""
-    for op, av in items:
-        op = str(op)
-        if op == "LITERAL":
-            ok = chr(av) in NUMBER
-        elif op == "IN":  # a class: its characters, ranges and \\d only
-            ok = all(
-                chr(v) in NUMBER if str(k) == "LITERAL"
-                else all(chr(c) in NUMBER for c in range(v[0], v[1] + 1)) if str(k) == "RANGE"
-                else str(k) == "CATEGORY" and str(v) == "CATEGORY_DIGIT"
-                for k, v in av
-            )  # fmt: skip
-        elif op in ("AT", "ASSERT", "ASSERT_NOT"):  # anchors and lookarounds match no character
-            ok = True
-        else:  # a group, a repeat, a branch: what is inside; anything else (., a back reference) any character
-            ok = op in ("SUBPATTERN", "MAX_REPEAT", "MIN_REPEAT", "POSSESSIVE_REPEAT", "BRANCH", "ATOMIC_GROUP")
-            ok = ok and all(numeric(part) for part in parts(av))
-        if not ok:
-            return False
-    return True
-
-
-def metric_problem(regex: str) -> str | None:
-    """What keeps SageMaker from reading a metric with `regex`, or None: it reads the number its first group captures
-    (a regex without a group ranks nothing; one whose group captures text fails to parse)."""
-    group = first_group(re_parser.parse(regex))
-    if group is None:
-        return "its regex captures nothing; SageMaker reads the value its first group captures, e.g. loss=([0-9.]+)"
-    if not numeric(group):
-        return (
-            "its first group can capture text; SageMaker reads a number there: make the group match the number alone, "
-            "e.g. ([0-9.]+) or (-?[0-9.]+(?:e-?[0-9]+)?)"
-        )
-    return None
-
-
 def installed_sdk() -> str:
     """The SageMaker SDK installed here, "v2" or "v3": its package's metadata, without importing it."""
     return f"v{importlib.metadata.version('sagemaker').split('.')[0]}"
@@ -259,7 +198,7 @@ def make_job(args: argparse.Namespace, installed: str | None = None) -> Job:
             re.compile(regex)
         except (ValueError, re.error) as e:
             raise SystemExit(f"error: --metric {given}: {e}") from None
-        if problem := metric_problem(regex):
+        if problem := metric_regex.problem(regex):
             raise SystemExit(f"error: --metric {given}: {problem}")
         if len(regex) > MAX_REGEX:
             raise SystemExit(
