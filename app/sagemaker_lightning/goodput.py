@@ -106,8 +106,17 @@ def summed(records: list[dict]) -> tuple[float, dict, int]:
 class Attempt:
     """This attempt's timeline on global rank 0 (module docstring), and the records of the attempts before it."""
 
-    def __init__(self, ledger: Ledger, start: float, checkpoint=None, wall=time.time):
-        """checkpoint: the ModelCheckpoint whose directory holds the ledger (its dirpath is known once it is set up)."""
+    def __init__(self, ledger: Ledger, start: float, checkpoint=None, wall=None):
+        """checkpoint: the ModelCheckpoint whose directory holds the ledger (its dirpath is known once it is set up);
+        wall: the wall clock, by default time.time() now, advanced by the monotonic clock from then on: the terms are
+        timed on that clock, so a step of the wall clock (an NTP correction) moves neither the wall time nor a term
+        (set back 30 s, it said goodput 142.9 %)."""
+        if wall is None:
+            then, since = time.time(), time.monotonic()
+
+            def wall() -> float:
+                return then + time.monotonic() - since
+
         self.ledger, self.start, self.checkpoint, self.wall = ledger, start, checkpoint, wall
         self.id = uuid.uuid4().hex
         self.before: list[dict] = []  # the records of the attempts before this one

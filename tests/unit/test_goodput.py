@@ -123,6 +123,29 @@ def test_each_term_is_the_time_spent_in_it_and_the_terms_add_up_to_the_wall_time
     assert capsys.readouterr().out.startswith("goodput ")
 
 
+def test_a_step_of_the_wall_clock_moves_neither_the_wall_time_nor_a_term(monkeypatch):
+    """An NTP correction sets the wall clock back 30 s in the middle of a run (it said goodput 142.9 %): the terms are
+    timed on the monotonic clock, and so is the wall time once the attempt exists."""
+    mono, wall = Clocks(), Clocks()
+    wall.now = 1_000_000.0
+    monkeypatch.setattr(goodput, "time", SimpleNamespace(time=wall, monotonic=mono))
+    ledger = goodput.Ledger()
+    ledger.clock = mono
+    attempt = goodput.Attempt(ledger, wall.now - 5.0)  # the process started 5 s ago
+    callback = made(goodput.Goodput, pl)(attempt)
+    callback.clock = mono
+    trainer = SimpleNamespace(is_global_zero=True, global_step=0, logger=None)
+    callback.setup(trainer, None, "fit")
+    for i in range(3):
+        callback.on_train_batch_start(trainer, None, None, i)
+        mono.now, wall.now = mono.now + 20.0, wall.now + 20.0 - (30.0 if i == 1 else 0.0)
+        trainer.global_step += 1
+        callback.on_train_batch_end(trainer, None, None, None, i)
+    callback.on_fit_end(trainer, None)
+    seconds, terms, _ = goodput.summed(attempt.records())
+    assert seconds == pytest.approx(65.0) and terms["training"] == 60.0 and sum(terms.values()) == pytest.approx(65.0)
+
+
 def test_what_is_said_after_the_fits_end_is_what_its_line_said(capsys):
     """An attempt's wall time stops at its fit's end: the figures read after the line (the MLflow run's at its end, a
     failure's line), a while later under load, are the line's. Before the end it grows (the ledger, "so far")."""
