@@ -28,6 +28,7 @@ cores, torch 2.14.1). No torch.
 """
 
 import contextlib
+import functools
 import os
 import time
 import uuid
@@ -103,6 +104,11 @@ def summed(records: list[dict]) -> tuple[float, dict, int]:
     return wall, terms, again
 
 
+def steady(then: float, since: float) -> float:
+    """The wall clock: `then` (time.time() at the monotonic clock's `since`) advanced by the monotonic clock."""
+    return then + time.monotonic() - since
+
+
 class Attempt:
     """This attempt's timeline on global rank 0 (module docstring), and the records of the attempts before it."""
 
@@ -112,11 +118,7 @@ class Attempt:
         timed on that clock, so a step of the wall clock (an NTP correction) moves neither the wall time nor a term
         (set back 30 s, it said goodput 142.9 %)."""
         if wall is None:
-            then, since = time.time(), time.monotonic()
-
-            def wall() -> float:
-                return then + time.monotonic() - since
-
+            wall = functools.partial(steady, time.time(), time.monotonic())  # a partial pickles (ddp_spawn)
         self.ledger, self.start, self.checkpoint, self.wall = ledger, start, checkpoint, wall
         self.id = uuid.uuid4().hex
         self.before: list[dict] = []  # the records of the attempts before this one
@@ -243,15 +245,15 @@ class Goodput:
             self.writes.write(folder, self.attempt.records())
 
     def _finish(self, trainer) -> None:
-        """The end term (the rest of this attempt's time since its last accounted moment), the ledger written and its
-        thread ended, the figures to the logger."""
+        """The end term (the rest of this attempt's time since its last accounted moment), the ledger written, the
+        figures to the logger."""
         # the wall time stops with the end term: the line, the run's figures and a failure's line, said at moments a
         # while apart under load, give the same figures, and the terms add up to the wall time
         self.attempt.ended = self.attempt.wall()
         self.ledger.spent("end", self.attempt.ended - self.attempt.start - self.ledger.accounted())
         self.writes.check(wait=True)  # the write in flight: the one after it holds every record
         self._write()
-        self.writes.close()
+        self.writes.check(wait=True)
         if trainer.logger is not None:
             trainer.logger.log_metrics(self.attempt.figures(), trainer.global_step)
 

@@ -10,6 +10,7 @@ write the checkpoint location can plant the file, and a checkpoint's records: ea
 
 import concurrent.futures
 import json
+import threading
 
 from sagemaker_lightning.lines import say
 
@@ -73,12 +74,12 @@ def read(folder: str | None) -> list[dict] | None:
 
 
 class Writes:
-    """The file's writes from a thread of their own, made at the first write and ended by `close` (the fit's end):
-    while one is in flight a later one is not asked for (the next interval's writes the newer records); a failure is
-    said in the calling (training) thread, where a line cannot land inside a project's print()."""
+    """The file's writes, each from a thread of its own that ends with it (no thread outlives a trainer, whatever
+    ends its fit): while one is in flight a later one is not asked for (the next interval's writes the newer
+    records); a failure is said in the calling (training) thread, where a line cannot land inside a project's
+    print()."""
 
     def __init__(self):
-        self._thread = None
         self._put = None  # (folder, future) of the write in flight
         self._failed = False  # said once: each interval would say it again
 
@@ -86,9 +87,18 @@ class Writes:
         """`records` (taken in the training thread) written in the background, unless a write is in flight."""
         self.check(wait=False)
         if self._put is None:
-            if self._thread is None:
-                self._thread = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="goodput-ledger")
-            self._put = (folder, self._thread.submit(write, folder, records))
+            future = concurrent.futures.Future()
+
+            def put() -> None:
+                try:
+                    write(folder, records)
+                    future.set_result(None)
+                except Exception as e:
+                    future.set_exception(e)
+
+            # a daemon: a process that ends leaves a write in flight as its partial file, which no read takes
+            threading.Thread(target=put, name="goodput-ledger", daemon=True).start()
+            self._put = (folder, future)
 
     def check(self, wait: bool) -> None:
         """The write in flight, once it is done (waited for when `wait`): its failure said, the first time."""
@@ -105,10 +115,3 @@ class Writes:
                     f"the write is retried every {EVERY_S:.0f} s (until one lands, an attempt killed after its last "
                     "save leaves its time since that save out of the goodput)"
                 )
-
-    def close(self) -> None:
-        """The write in flight done, the thread ended."""
-        self.check(wait=True)
-        if self._thread is not None:
-            self._thread.shutdown()
-            self._thread = None

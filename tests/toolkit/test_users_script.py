@@ -1,6 +1,8 @@
 """A user's own script as a job runs it, in a process of its own with SageMaker's variables: the runtime's LightningCLI
 with run=False, fit, then what Lightning promises after a fit (trainer.save_checkpoint: the file is there when it
-returns, a failure raises; no thread of the trainer's left behind).
+returns, a failure raises; no thread of the trainer's left behind); goodput's ledger, bookkeeping that never ends
+training: a folder in its place (every write fails), then, for a second fit that resumes, a ledger planted with a
+mistyped figure. One run of the script for every test here (its fits take seconds; its imports most of them).
 
     .venv/bin/pytest tests/toolkit/test_users_script.py
 """

@@ -120,10 +120,10 @@ def s3_load(url, map_location=None, weights_only: bool = True):
 class AtomicCheckpointIO:
     """Each checkpoint of a fit is written in the background, to a partial name first and renamed when complete, or
     uploaded whole (writer.py); a load, a removal and the trainer's teardown wait their turn behind the writes, and a
-    save after the teardown is written when it returns. A read that
-    fails for a transient reason is tried again (retried); the checkpoint a job resumes from is the one global rank 0
-    chose (`resume_point`: resume.ResumePoint), read weights only unless weights_only=False is asked (before torch
-    2.6, the SMDDP flavors' torch, its default loads any pickle)."""
+    save after the teardown is written when it returns. A read that fails for a transient reason is tried again
+    (retried); the checkpoint a job resumes from is the one global rank 0 chose (`resume_point`: resume.ResumePoint),
+    read weights only unless weights_only=False is asked (before torch 2.6, the SMDDP flavors' torch, its default
+    loads any pickle)."""
 
     BASE = "plugins.io.TorchCheckpointIO"
 
