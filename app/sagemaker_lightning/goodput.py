@@ -10,15 +10,16 @@ up to the wall time:
   restore       reading the checkpoint the job resumes from (checkpoints/io.py accounts it)
   checkpoint stall  what a save holds the training thread for (checkpoints/: last.ckpt, the best checkpoints)
   steps trained again  the steps this attempt trains again because those before it were killed after the last save,
-                and their time (LEDGER, written every LEDGER_EVERY_S, says how far each got)
+                and their time (goodput_file.py's ledger, written every 30 s, says how far each got)
   data wait     from a step's end to the next one's start, less what is accounted there: the loader's wait and the
                 loop's own work (an epoch's end)
   validation    each validation, the sanity check's included
   training      the steps, from their start to their end
   end           from the last step's end to the end of the fit: the export, the MLflow run's end
 A job's attempts (a spot restart, torchrun's in-job restart) each add their own record: the checkpoint carries the
-records of the attempts before it (Goodput's state), and LEDGER beside the checkpoints the records of the newest
-attempt and those before it, as far as each got: the attempts after the last save, however many were killed there. The line goes to the job's log, to its logger and MLflow run (goodput/*), and, for a job that ends
+records of the attempts before it (Goodput's state), and the ledger beside the checkpoints (goodput_file.py) the
+records of the newest attempt and those before it, as far as each got: the attempts after the last save, however many
+were killed there. The line goes to the job's log, to its logger and MLflow run (goodput/*), and, for a job that ends
 badly, into its failure line ("goodput so far"). Its two hooks a step cost 13.5 µs a step with Lightning's profiler's
 own few µs a hook, about as the progress line's hook does (scripts/bench_overhead.py --profile, 1 process, 2 AMD EPYC
 cores, torch 2.14.1). No torch.
@@ -27,19 +28,17 @@ cores, torch 2.14.1). No torch.
 """
 
 import contextlib
-import json
+import functools
 import os
 import time
 import uuid
 
-from sagemaker_lightning import lines
+from sagemaker_lightning import goodput_file, lines
 from sagemaker_lightning.cli.concern import Context, Part
 from sagemaker_lightning.cli.lightning_package import made
 from sagemaker_lightning.lines import say
 
 STARTED_AT = "SAGEMAKER_LIGHTNING_STARTED_AT"  # the container's start (time.time()), as PID 1 gives it its command
-LEDGER = "goodput.json"  # beside the checkpoints: every attempt's record so far, for an attempt after a kill
-LEDGER_EVERY_S = 30.0  # between the ledger's writes: an attempt killed after its last save loses at most this much
 TERMS = ("start-up", "restore", "checkpoint stall", "steps trained again", "data wait", "validation", "training", "end")
 
 
@@ -105,11 +104,21 @@ def summed(records: list[dict]) -> tuple[float, dict, int]:
     return wall, terms, again
 
 
+def steady(then: float, since: float) -> float:
+    """The wall clock: `then` (time.time() at the monotonic clock's `since`) advanced by the monotonic clock."""
+    return then + time.monotonic() - since
+
+
 class Attempt:
     """This attempt's timeline on global rank 0 (module docstring), and the records of the attempts before it."""
 
-    def __init__(self, ledger: Ledger, start: float, checkpoint=None, wall=time.time):
-        """checkpoint: the ModelCheckpoint whose directory holds the ledger (its dirpath is known once it is set up)."""
+    def __init__(self, ledger: Ledger, start: float, checkpoint=None, wall=None):
+        """checkpoint: the ModelCheckpoint whose directory holds the ledger (its dirpath is known once it is set up);
+        wall: the wall clock, by default time.time() now, advanced by the monotonic clock from then on: the terms are
+        timed on that clock, so a step of the wall clock (an NTP correction) moves neither the wall time nor a term
+        (set back 30 s, it said goodput 142.9 %)."""
+        if wall is None:
+            wall = functools.partial(steady, time.time(), time.monotonic())  # a partial pickles (ddp_spawn)
         self.ledger, self.start, self.checkpoint, self.wall = ledger, start, checkpoint, wall
         self.id = uuid.uuid4().hex
         self.before: list[dict] = []  # the records of the attempts before this one
@@ -147,38 +156,25 @@ class Attempt:
     def where(self) -> str | None:
         return getattr(self.checkpoint, "dirpath", None)
 
-    def write(self) -> None:
-        """LEDGER beside the checkpoints, whole or not at all."""
-        if folder := self.where():
-            from sagemaker_lightning.checkpoints import atomic
-
-            atomic.write(f"{folder.rstrip('/')}/{LEDGER}", json.dumps({"records": self.records()}).encode())
-
     def figures(self) -> dict[str, float]:
         """Every attempt's terms so far as metrics (goodput/<term>_s, goodput/percent): the logger's, MLflow's."""
         wall, seconds, _ = summed(self.records())
         figures = {f"goodput/{term.replace(' ', '_').replace('-', '_')}_s": s for term, s in seconds.items()}
         return {**figures, "goodput/percent": lines.percent(wall, seconds)}
 
-    def line(self, so_far: bool = False) -> str:
+    def line(self) -> str:
         """The goodput line of every attempt so far (lines.goodput)."""
-        said = lines.goodput(*summed(self.records()))
-        return said.replace("goodput", "goodput so far", 1) if so_far else said
+        return lines.goodput(*summed(self.records()))
 
-
-def read_ledger(folder: str | None) -> list[dict] | None:
-    """The records LEDGER holds in `folder`, or None."""
-    if not folder:
-        return None
-    import fsspec
-
-    try:
-        with fsspec.open(f"{folder.rstrip('/')}/{LEDGER}", "r") as f:
-            found = json.load(f)
-        records = found.get("records") if isinstance(found, dict) else None
-        return records if isinstance(records, list) and all(isinstance(r, dict) for r in records) else None
-    except (OSError, ValueError):
-        return None
+    def so_far(self) -> str | None:
+        """A failure line's end (cli/hub.py, the watchdog's): the goodput so far, once this attempt trained; None
+        before, or where it cannot be said. It never raises: it is said while the job fails."""
+        if not self.training:
+            return None
+        try:
+            return self.line().replace("goodput", "goodput so far", 1)
+        except Exception:  # a figure no check foresaw must not take the failure's own line with it
+            return None
 
 
 class Goodput:
@@ -192,7 +188,8 @@ class Goodput:
         self.on, self._saved = False, []
         self._last_end = None  # the previous step's end (clock), None before this attempt's first step
         self._since = 0.0  # the ledger's accounted seconds at the last mark
-        self._written = -LEDGER_EVERY_S
+        self._written = -goodput_file.EVERY_S
+        self.writes = goodput_file.Writes()
 
     def setup(self, trainer, pl_module, stage):
         self.on = stage == "fit" and trainer.is_global_zero
@@ -201,11 +198,12 @@ class Goodput:
         return {"records": self.attempt.records()}
 
     def load_state_dict(self, state_dict: dict) -> None:
-        self._saved = list(state_dict.get("records") or [])
+        self._saved = state_dict.get("records") or []  # checked where they are used, on global rank 0
 
     def on_train_start(self, trainer, pl_module):
         if self.on:
-            self.attempt.resumed(self._saved, trainer.global_step, read_ledger(self.attempt.where()))
+            saved = goodput_file.checked(self._saved, "the goodput records of the checkpoint resumed from") or []
+            self.attempt.resumed(saved, trainer.global_step, goodput_file.read(self.attempt.where()))
 
     def on_validation_start(self, trainer, pl_module):
         self._validation = (self.clock(), self.ledger.accounted())
@@ -238,9 +236,13 @@ class Goodput:
             ledger.steps_again += 1
         attempt.step = step
         self._last_end, self._since = now, ledger.total
-        if now - self._written >= LEDGER_EVERY_S:
+        if now - self._written >= goodput_file.EVERY_S:
             self._written = now
-            attempt.write()
+            self._write()
+
+    def _write(self) -> None:
+        if folder := self.attempt.where():
+            self.writes.write(folder, self.attempt.records())
 
     def _finish(self, trainer) -> None:
         """The end term (the rest of this attempt's time since its last accounted moment), the ledger written, the
@@ -249,7 +251,9 @@ class Goodput:
         # while apart under load, give the same figures, and the terms add up to the wall time
         self.attempt.ended = self.attempt.wall()
         self.ledger.spent("end", self.attempt.ended - self.attempt.start - self.ledger.accounted())
-        self.attempt.write()
+        self.writes.check(wait=True)  # the write in flight: the one after it holds every record
+        self._write()
+        self.writes.check(wait=True)
         if trainer.logger is not None:
             trainer.logger.log_metrics(self.attempt.figures(), trainer.global_step)
 

@@ -17,6 +17,7 @@ import re
 import sys
 import time
 
+from jobs import metric_regex
 from sagemaker_lightning import lines
 from sagemaker_lightning.failure import UserError
 from sagemaker_lightning.launch import paths
@@ -197,6 +198,8 @@ def make_job(args: argparse.Namespace, installed: str | None = None) -> Job:
             re.compile(regex)
         except (ValueError, re.error) as e:
             raise SystemExit(f"error: --metric {given}: {e}") from None
+        if problem := metric_regex.problem(regex):
+            raise SystemExit(f"error: --metric {given}: {problem}")
         if len(regex) > MAX_REGEX:
             raise SystemExit(
                 f"error: --metric {given}: its regex has {len(regex)} characters; SageMaker takes {MAX_REGEX}"

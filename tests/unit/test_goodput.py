@@ -8,6 +8,7 @@ steps again, and says so.
 
 import json
 import os
+import threading
 import time
 from types import SimpleNamespace
 
@@ -16,7 +17,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from sagemaker_lightning import LightningCLI, goodput, lines
+from sagemaker_lightning import LightningCLI, goodput, goodput_file, lines
 from sagemaker_lightning.boot import signals
 from sagemaker_lightning.cli.lightning_package import made
 
@@ -122,6 +123,29 @@ def test_each_term_is_the_time_spent_in_it_and_the_terms_add_up_to_the_wall_time
     assert capsys.readouterr().out.startswith("goodput ")
 
 
+def test_a_step_of_the_wall_clock_moves_neither_the_wall_time_nor_a_term(monkeypatch):
+    """An NTP correction sets the wall clock back 30 s in the middle of a run (it said goodput 142.9 %): the terms are
+    timed on the monotonic clock, and so is the wall time once the attempt exists."""
+    mono, wall = Clocks(), Clocks()
+    wall.now = 1_000_000.0
+    monkeypatch.setattr(goodput, "time", SimpleNamespace(time=wall, monotonic=mono))
+    ledger = goodput.Ledger()
+    ledger.clock = mono
+    attempt = goodput.Attempt(ledger, wall.now - 5.0)  # the process started 5 s ago
+    callback = made(goodput.Goodput, pl)(attempt)
+    callback.clock = mono
+    trainer = SimpleNamespace(is_global_zero=True, global_step=0, logger=None)
+    callback.setup(trainer, None, "fit")
+    for i in range(3):
+        callback.on_train_batch_start(trainer, None, None, i)
+        mono.now, wall.now = mono.now + 20.0, wall.now + 20.0 - (30.0 if i == 1 else 0.0)
+        trainer.global_step += 1
+        callback.on_train_batch_end(trainer, None, None, None, i)
+    callback.on_fit_end(trainer, None)
+    seconds, terms, _ = goodput.summed(attempt.records())
+    assert seconds == pytest.approx(65.0) and terms["training"] == 60.0 and sum(terms.values()) == pytest.approx(65.0)
+
+
 def test_what_is_said_after_the_fits_end_is_what_its_line_said(capsys):
     """An attempt's wall time stops at its fit's end: the figures read after the line (the MLflow run's at its end, a
     failure's line), a while later under load, are the line's. Before the end it grows (the ledger, "so far")."""
@@ -139,14 +163,13 @@ def test_a_killed_attempts_steps_after_its_last_save_are_trained_again_and_said(
     """The killed attempt's ledger (written as it trained) got to step 6; its checkpoint holds step 4: the next
     attempt trains steps 5 and 6 again, under their own term."""
     first = timeline(steps=(1.0,) * 6, waits=())
-    first.checkpoint = SimpleNamespace(dirpath=str(tmp_path))
-    first.write()
+    goodput_file.write(str(tmp_path), first.records())
     saved = [{**first.record(), "step": 4}]  # the record the checkpoint of step 4 carries
     clock = Clocks()
     ledger = goodput.Ledger()
     ledger.clock = clock
     second = goodput.Attempt(ledger, clock.now, SimpleNamespace(dirpath=str(tmp_path)), wall=clock)
-    second.resumed(saved, 4, goodput.read_ledger(str(tmp_path)))
+    second.resumed(saved, 4, goodput_file.read(str(tmp_path)))
     callback = made(goodput.Goodput, pl)(second)
     callback.clock = clock
     trainer = SimpleNamespace(is_global_zero=True, global_step=4, logger=None)
@@ -160,8 +183,89 @@ def test_a_killed_attempts_steps_after_its_last_save_are_trained_again_and_said(
     wall, seconds, again = goodput.summed(second.records())
     assert again == 2 and seconds["steps trained again"] == 2.0 and seconds["training"] == 6.0 + 2.0
     assert sum(seconds.values()) == pytest.approx(wall)
-    ledger = json.loads((tmp_path / goodput.LEDGER).read_text())["records"]  # both attempts, as far as each got
+    ledger = json.loads((tmp_path / goodput_file.NAME).read_text())["records"]  # both attempts, as far as each got
     assert [r["step"] for r in ledger] == [6, 8] and ledger[-1]["id"] == second.id
+
+
+def test_the_ledgers_write_holds_no_step_and_one_that_fails_is_said_once_and_retried(tmp_path, monkeypatch, capsys):
+    """An S3 put of the ledger that hangs holds no step; one that fails (S3's SlowDown) is one line, and the ledger is
+    written again at the next chance; each write's thread ends with it."""
+    from sagemaker_lightning.checkpoints import atomic
+
+    release, calls, put = threading.Event(), [], atomic.write
+
+    def slow_then_throttled(path, data):
+        calls.append(threading.current_thread().name)
+        assert release.wait(10), "held in the training thread"
+        if len(calls) == 1:
+            raise OSError("SlowDown: Please reduce your request rate.")
+        put(path, data)
+
+    monkeypatch.setattr(atomic, "write", slow_then_throttled)
+    clock = Clocks()
+    attempt = goodput.Attempt(goodput.Ledger(), clock.now, SimpleNamespace(dirpath=str(tmp_path)), wall=clock)
+    callback = made(goodput.Goodput, pl)(attempt)
+    callback.clock = clock
+    trainer = SimpleNamespace(is_global_zero=True, global_step=0, logger=None)
+    callback.setup(trainer, None, "fit")
+    for i in range(2):  # the first step's write is held; the second's interval passes while it is in flight
+        callback.on_train_batch_start(trainer, None, None, i)
+        clock.now += goodput_file.EVERY_S
+        trainer.global_step += 1
+        callback.on_train_batch_end(trainer, None, None, None, i)
+    release.set()
+    callback.on_fit_end(trainer, None)
+    assert calls == ["goodput-ledger", "goodput-ledger"]  # the held one, then the fit's end's
+    said = [line for line in capsys.readouterr().out.splitlines() if "goodput.json" in line]
+    assert len(said) == 1 and "(OSError: SlowDown: " in said[0] and "retried every 30 s" in said[0], said
+    assert [r["step"] for r in json.loads((tmp_path / goodput_file.NAME).read_text())["records"]] == [2]
+    assert not [t for t in threading.enumerate() if t.name.startswith("goodput-ledger")]
+
+
+@pytest.mark.parametrize(
+    "figure, said", [("12", '"12"'), (float("inf"), "Infinity"), (float("nan"), "NaN"), (-1, "-1"), (True, "true")]
+)
+def test_a_records_figure_that_is_no_count_of_seconds_or_steps_is_named(figure, said):
+    record = {"id": "a", "wall": 2.0, "seconds": {"training": 1.0}, "steps_again": 0, "step": 2}
+    assert goodput_file.problem([record]) is None
+    assert goodput_file.problem([{**record, "wall": figure}]) == f"wall is {said}"
+    assert goodput_file.problem([{**record, "seconds": {"end": figure}}]) == f"end is {said}"
+    assert goodput_file.problem([{**record, "step": 10**400}]) == f"step is 1{'0' * 39}"  # no float holds it
+    assert goodput_file.problem({"records": []}) == "not a list of records"
+
+
+def test_a_checkpoints_mistyped_records_are_ignored_in_one_line_and_the_fit_ends_with_its_line(capsys):
+    clock = Clocks()
+    attempt = goodput.Attempt(goodput.Ledger(), clock.now, wall=clock)
+    callback = made(goodput.Goodput, pl)(attempt)
+    callback.clock = clock
+    trainer = SimpleNamespace(is_global_zero=True, global_step=4, logger=None)
+    callback.setup(trainer, None, "fit")
+    callback.load_state_dict({"records": [{"id": "a", "wall": "12", "seconds": {}, "step": 4}]})
+    callback.on_train_start(trainer, None)
+    callback.on_train_batch_start(trainer, None, None, 0)
+    clock.now += 1.0
+    trainer.global_step += 1
+    callback.on_train_batch_end(trainer, None, None, None, 0)
+    callback.on_fit_end(trainer, None)
+    said = capsys.readouterr().out.splitlines()
+    assert said[0] == (
+        "ignored the goodput records of the checkpoint resumed from: not goodput's records as the runtime writes them "
+        '(wall is "12"); goodput goes on without them'
+    )
+    assert len(said) == 2 and said[1] == attempt.line() and attempt.records() == [attempt.record()]
+
+
+def test_a_failures_line_is_said_whatever_its_goodput_so_far_holds(capsys):
+    """fail() ends a job's failure line with the goodput so far: a figure no check foresaw leaves the line without it,
+    never raises in its place (a job that failed so ended in a traceback and no failure file)."""
+    from lightning.pytorch.demos.boring_classes import BoringModel
+
+    cli = LightningCLI(BoringModel, args=["--trainer.logger=false"], run=False)
+    cli.goodput.training, cli.goodput.before = True, [{"wall": "12"}]
+    assert cli.fail(RuntimeError("a crash")) == 1
+    errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("ERROR: ")]
+    assert len(errors) == 1 and "a crash" in errors[0] and "goodput" not in errors[0], errors
 
 
 class Slow(Dataset):
@@ -220,7 +324,7 @@ def test_a_spot_chain_of_three_interruptions_with_known_sleeps(tmp_path, monkeyp
     job = {"SM_HOSTS": '["localhost"]', "SM_CURRENT_HOST": "localhost", "SM_NUM_GPUS": "0"}
     monkeypatch.setattr(os, "environ", {**os.environ, **job, "SM_OUTPUT_DIR": str(tmp_path)})
     monkeypatch.setattr(signals, "RUN_DIR", str(tmp_path / "run"))
-    monkeypatch.setattr(goodput, "LEDGER_EVERY_S", 0.0)  # the ledger at every step
+    monkeypatch.setattr(goodput_file, "EVERY_S", 0.0)  # the ledger at every step
     args = ["fit", "--trainer.max_steps=12", "--trainer.accelerator=cpu", "--trainer.val_check_interval=4"]
     args += ["--trainer.limit_val_batches=2", "--trainer.num_sanity_val_steps=0", "--trainer.enable_progress_bar=false"]
     args += [f"--checkpoint.dirpath={tmp_path / 'ckpts'}", f"--trainer.default_root_dir={tmp_path}"]

@@ -3,6 +3,7 @@ image runs) and launch/ (the launch plan, the platforms, hyperparameters, the pa
 table and the log lines, and the other modules named below. Each is imported in a fresh interpreter where torch and Lightning cannot be imported at all,
 and the hook is run on a SageMaker host's environment."""
 
+import json
 import os
 import subprocess
 import sys
@@ -63,7 +64,8 @@ def run(code: str, env: dict | None = None) -> subprocess.CompletedProcess:
         [sys.executable, "-c", BLOCK + textwrap.dedent(code)],
         capture_output=True,
         text=True,
-        env={"PATH": os.environ["PATH"], **(env or {})},  # none of the variables earlier tests left here
+        # none of the variables earlier tests left here; PYTHONPATH where it names the package's checkout
+        env={"PATH": os.environ["PATH"], **{k: v for k, v in os.environ.items() if k == "PYTHONPATH"}, **(env or {})},
     )
 
 
@@ -74,13 +76,27 @@ def test_the_module_imports_without_torch(module):
 
 
 def test_the_start_up_hook_applies_the_plan_without_torch(tmp_path):
-    """On the second host of a SageMaker job the hook sets the rank variables, importing none of HEAVY."""
+    """On the second host of a SageMaker job the hook sets the rank variables, importing none of HEAVY. In a tuning
+    job's child, the toolkit's process then reads hyperparameters.json (seven times and more a host) without its line
+    that SageMaker's own _tuning_objective_metric is not JSON (text, by design); a project's text value keeps it."""
     env = {"SM_HOSTS": '["algo-1","algo-2"]', "SM_CURRENT_HOST": "algo-2", "SM_NUM_GPUS": "0"}
     env["SAGEMAKER_BASE_DIR"] = str(tmp_path)
+    (tmp_path / "input" / "config").mkdir(parents=True)
+    hyperparameters = {"_tuning_objective_metric": "validation:accuracy", "note": "a text", "lr": "0.1"}
+    (tmp_path / "input" / "config" / "hyperparameters.json").write_text(json.dumps(hyperparameters))
     done = run(
-        "import os, sagemaker_lightning.boot.autoenv; print(os.environ['NODE_RANK'], os.environ['WORLD_SIZE'])", env
+        """
+        import logging, os, sagemaker_lightning.boot.autoenv
+        print(os.environ['NODE_RANK'], os.environ['WORLD_SIZE'])
+        from sagemaker_training import environment  # as the toolkit's process reads the hyperparameters
+        logging.basicConfig(level=logging.INFO)
+        environment.read_hyperparameters()
+        """,
+        env,
     )
     assert done.returncode == 0 and done.stdout.split() == ["1", "2"], done.stderr
+    said = [line for line in done.stderr.splitlines() if "Failed to parse hyperparameter" in line]
+    assert len(said) == 1 and "note" in said[0], done.stderr
 
 
 def test_the_guard_itself_catches_an_import_of_torch():

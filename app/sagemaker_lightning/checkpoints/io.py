@@ -118,11 +118,12 @@ def s3_load(url, map_location=None, weights_only: bool = True):
 
 
 class AtomicCheckpointIO:
-    """Each checkpoint is written in the background, to a partial name first and renamed when complete, or uploaded
-    whole (writer.py); a load, a removal and the trainer's teardown wait their turn behind the writes. A read that
-    fails for a transient reason is tried again (retried); the checkpoint a job resumes from is the one global rank 0
-    chose (`resume_point`: resume.ResumePoint), read weights only unless weights_only=False is asked (before torch
-    2.6, the SMDDP flavors' torch, its default loads any pickle)."""
+    """Each checkpoint of a fit is written in the background, to a partial name first and renamed when complete, or
+    uploaded whole (writer.py); a load, a removal and the trainer's teardown wait their turn behind the writes, and a
+    save after the teardown is written when it returns. A read that fails for a transient reason is tried again
+    (retried); the checkpoint a job resumes from is the one global rank 0 chose (`resume_point`: resume.ResumePoint),
+    read weights only unless weights_only=False is asked (before torch 2.6, the SMDDP flavors' torch, its default
+    loads any pickle)."""
 
     BASE = "plugins.io.TorchCheckpointIO"
 
@@ -169,7 +170,16 @@ class AtomicCheckpointIO:
         """Say the saves of last.ckpt written since the last call (writer.py): every step, from the training thread."""
         self.writer.announce()
 
+    def open(self) -> None:
+        """A fit starts (LastCheckpoint.setup): its saves in the background, until its teardown."""
+        self.writer.open()
+
     def teardown(self) -> None:
-        self.wait()
-        if self.sharded:
-            self.sharded.close()
+        """The end of a fit: its writes done (one that failed raises), the writer's thread ended, as Lightning's
+        AsyncCheckpointIO ends its own; a save after it (trainer.save_checkpoint) is written before it returns."""
+        try:
+            self.wait()
+        finally:
+            self.writer.close()
+            if self.sharded:
+                self.sharded.close()

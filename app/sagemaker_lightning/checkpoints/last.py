@@ -146,6 +146,8 @@ class LastCheckpoint:
         return path
 
     def setup(self, trainer, pl_module, stage):
+        if self.io and stage == "fit":  # another fit of the trainer: saves in the background again, as in its first
+            self.io.open()
         if trainer.is_global_zero and stage == "fit" and self.checkpoint.dirpath:
             clear_partials(self.checkpoint.dirpath)  # global rank 0 writes every file that has one
         asked = self.checkpoint.save_last  # ModelCheckpoint's own last.ckpt: a second whole file (last-v1.ckpt)
@@ -167,6 +169,16 @@ class LastCheckpoint:
         for callback in (c for c in trainer.callbacks if isinstance(c, model_checkpoint)):
             hook = type(callback).on_train_epoch_end.__get__(callback)  # the class's: a second fit wraps it once
             callback.on_train_epoch_end = functools.partial(self._top_k_then_save, callback, hook)
+            if self.io:
+                exists = type(callback).file_exists.__get__(callback)
+                callback.file_exists = functools.partial(self._written_then_exists, exists)
+
+    def _written_then_exists(self, exists, filepath, trainer) -> bool:
+        # ModelCheckpoint's version counter asks whether a name is taken before it saves: a file still being written
+        # is (it wrote the next best over it). The wait costs nothing the save after it would not wait for: at most
+        # one save is in flight
+        self.io.wait()
+        return exists(filepath, trainer)
 
     def _top_k_then_save(self, callback, hook, trainer, pl_module):
         chosen = (callback.best_model_path, list(callback.best_k_models))

@@ -98,9 +98,7 @@ class LightningCLI:
         self.plan: Plan = make_plan({}, set())  # until the environment's (which may fail in one line too)
         self.status = Status()  # what the watchdog shares with the other concerns and with fail()
         self.precision: precision.Choice | None = None  # trainer.precision's, or the machine's (precision.py)
-        # this attempt's goodput, from its start: the container's (PID 1's record), else this process's; a process
-        # torchrun starts here inherits it
-        os.environ.setdefault(goodput.STARTED_AT, repr(goodput.started_at(os.environ)))
+        # this attempt's goodput, from its start: the container's (PID 1's record), else this process's
         self.goodput = goodput.Attempt(goodput.Ledger(), goodput.started_at(os.environ))
         self._stage = "configure"
         # a failure nobody catches (a script's, a job's) is one line; a caller that catches gets Lightning's exception
@@ -110,6 +108,8 @@ class LightningCLI:
         here = {"checkpoint_dir": paths.checkpoint_dir(os.environ), "objective": hyperparameters.objective(os.environ)}
         here.update(_here())
         self.plan = make_plan(dict(os.environ), _interfaces(), **here)
+        if self.plan.in_job:  # a process torchrun starts here inherits the start; off a job the environment stays
+            os.environ.setdefault(goodput.STARTED_AT, repr(self.goodput.start))  # as Lightning's own class leaves it
         try:
             super().__init__(*args, **kwargs)
         except lightning_package.attribute(self.pl, "utilities.exceptions.SIGTERMException") as e:
@@ -141,8 +141,8 @@ class LightningCLI:
         )
         if show_traceback:
             traceback.print_exception(type(e), e, tb or e.__traceback__)
-        if self.goodput.training:  # where the time went until the failure
-            line = f"{line}; {self.goodput.line(so_far=True)}"
+        if said := self.goodput.so_far():  # where the time went until the failure
+            line = f"{line}; {said}"
         failure.report(line, env=os.environ if file else {})
         return code
 

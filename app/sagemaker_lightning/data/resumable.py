@@ -11,6 +11,7 @@ that already has a state_dict is the project's own and is left as it is.
 
 import inspect
 import itertools
+import math
 import os
 import random
 from collections.abc import Callable, Iterator
@@ -77,7 +78,8 @@ class ResumableEpoch:
         if was is None or was == now:
             self._resume = (state["epoch"], state["batches"])
             return
-        at, line = continued(state["epoch"], was, now, state["samples"])
+        total = len(self.sampler) * now["world size"]  # the epoch's order, every rank's
+        at, line = continued(state["epoch"], was, now, state["samples"], total)
         self._resume = self.resumed = (state["epoch"], at // (now["batch size"] * now["world size"]))
         if self.sampler.rank == 0:
             say(line)
@@ -98,20 +100,30 @@ class ResumableEpoch:
             yield batch
 
 
-def continued(epoch: int, was: dict, now: dict, samples: int, ordered: tuple[str, ...] = ("seed", "shuffle")):
+def continued(
+    epoch: int,
+    was: dict,
+    now: dict,
+    samples: int,
+    total: float = math.inf,
+    ordered: tuple[str, ...] = ("seed", "shuffle"),
+):
     """Where an epoch saved `samples` into its order with shape `was` continues with shape `now`: the first sample of
     the batch of the new shape that holds it (a batch is every rank's), and the one line saying so. Exact where the
-    new batches divide the samples done; else they are trained again. `ordered`: the settings that make the order."""
+    new batches divide the samples done; else they are trained again. `total`: the epoch's samples, every rank's, where
+    `samples` counts a partial last batch whole (batches × batch size): the line counts the samples it holds.
+    `ordered`: the settings that make the order."""
     stride = max(1, now["batch size"] * now["world size"])
     at = samples - samples % stride
+    samples, said = min(samples, total), min(at, total)  # the line's: no sample past the epoch's end
     changed = ", ".join(f"{k} {now[k]} (was {was.get(k)})" for k in now if was.get(k) != now[k])
     if any(was.get(k) != now[k] for k in ordered):
         what = "the epoch's order is another, so which of its samples were trained is not known: it continues at "
-        what += f"sample {at} of the new order"
-    elif at == samples:
-        what = f"the epoch continues exactly at sample {at}"
+        what += f"sample {said} of the new order"
+    elif said == samples:
+        what = f"the epoch continues exactly at sample {said}"
     else:
-        what = f"the epoch restarts at sample {at} ({samples - at} samples trained again)"
+        what = f"the epoch restarts at sample {said} ({samples - said} samples trained again)"
     return at, f"resumed epoch {epoch} with {changed}: {what}"
 
 

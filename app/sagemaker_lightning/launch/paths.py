@@ -81,8 +81,17 @@ def child_checkpoint_dir(checkpoint_dir: str, job_name: str | None, objective: s
     """Where a job keeps its checkpoint-directory files: a tuning job's child (`objective` given) in a folder of its
     own, <checkpoint dir>/<TRAINING_JOB_NAME>, since SageMaker gives all children of a tuning job one CheckpointConfig
     and restores its whole prefix into each; a spot restart of the same child keeps its name, and resumes its own.
-    Any other job (and a child without a name) uses the directory itself."""
-    return os.path.join(checkpoint_dir, job_name) if objective and job_name else checkpoint_dir
+    Any other job (and a child without a name) uses the directory itself. A name that is not one folder's (`..`,
+    `/etc`: SageMaker's own names cannot hold them, a hand-made environment or local mode can) would put the folder
+    outside the directory SageMaker syncs: ValueError (this module imports nothing of the runtime's)."""
+    if not (objective and job_name):
+        return checkpoint_dir
+    if job_name in (".", "..") or "/" in job_name or "\0" in job_name:
+        raise ValueError(
+            f"TRAINING_JOB_NAME={job_name!r} is not one folder's name, the folder of the checkpoint directory a tuning "
+            "job's child keeps its files in: name the job with letters, digits and hyphens, as SageMaker does"
+        )
+    return os.path.join(checkpoint_dir, job_name)
 
 
 def model_dir(env: Mapping[str, str]) -> str | None:

@@ -241,9 +241,12 @@ def make_plan(
     out.update(streaming_env(env, len(found.hosts), on_sagemaker))  # litdata's streamed datasets (streaming.py)
     job_name, objective = (sagemaker.job_name(env), objective) if on_sagemaker else (None, None)
     if on_sagemaker:  # a tuning job's children share one CheckpointConfig: each keeps its files apart
-        checkpoint_dir = paths.child_checkpoint_dir(
-            checkpoint_dir or paths.default_checkpoint_dir(env), job_name, objective
-        )
+        try:
+            checkpoint_dir = paths.child_checkpoint_dir(
+                checkpoint_dir or paths.default_checkpoint_dir(env), job_name, objective
+            )
+        except ValueError as e:
+            raise UserError(str(e)) from None
     if found.torchrun and UNSHARED_STORE not in env:  # restarted ranks read no dead rank's address (restarts.py)
         out[UNSHARED_STORE] = "1"
     return Plan(

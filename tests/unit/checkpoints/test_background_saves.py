@@ -11,6 +11,7 @@ import functools
 import os
 import signal
 import threading
+import time
 
 import pytest
 import pytorch_lightning
@@ -135,6 +136,43 @@ def test_the_partial_files_of_writes_a_kill_cut_short_are_removed_at_the_start(t
     )
     trainer.fit(BoringModel())
     assert sorted(os.listdir(tmp_path)) == ["last.ckpt", "notes.txt"]
+
+
+def test_modelcheckpoints_version_counter_names_no_file_still_being_written(tmp_path, monkeypatch):
+    """filename="model", save_top_k=3, a save every step, a disk slower than a step: Lightning keeps model.ckpt,
+    model-v1.ckpt and model-v2.ckpt; asked whether model.ckpt exists before its write landed, ModelCheckpoint wrote
+    the next best over it."""
+    from pytorch_lightning.demos.boring_classes import BoringModel
+
+    from sagemaker_lightning.checkpoints.last import LastCheckpoint
+
+    save = torch.save
+
+    def slow(*args, **kwargs):  # in the writer thread: slower than a step
+        if threading.current_thread() is not threading.main_thread():
+            time.sleep(0.3)
+        return save(*args, **kwargs)
+
+    monkeypatch.setattr(background.torch, "save", slow)
+
+    class Improving(BoringModel):  # a better loss each step: each save is a new best
+        def training_step(self, batch, batch_idx):
+            self.log("score", float(-self.global_step))
+            return super().training_step(batch, batch_idx)
+
+    best = pytorch_lightning.callbacks.ModelCheckpoint(
+        dirpath=tmp_path, filename="model", save_top_k=3, monitor="score", every_n_train_steps=1
+    )
+    io = made(AtomicCheckpointIO, pytorch_lightning)()
+    last = made(LastCheckpoint, pytorch_lightning)(0, best, io=io)
+    trainer = pytorch_lightning.Trainer(
+        callbacks=[best, last], plugins=[io], max_steps=3, limit_val_batches=0, logger=False,
+        enable_progress_bar=False, enable_model_summary=False,
+    )  # fmt: skip
+    trainer.fit(Improving())
+    assert sorted(os.listdir(tmp_path)) == ["last.ckpt", "model-v1.ckpt", "model-v2.ckpt", "model.ckpt"]
+    steps = [torch.load(tmp_path / f"model{v}.ckpt", weights_only=True)["global_step"] for v in ("", "-v1", "-v2")]
+    assert steps == [1, 2, 3]
 
 
 def test_tied_weights_are_saved_once_and_load_tied(tmp_path, held):

@@ -100,6 +100,26 @@ def test_a_resume_with_another_batch_size_trains_every_sample_and_says_what_it_r
     assert len(said) == (line is not None) and all(text.startswith(line) for text in said), said
 
 
+@pytest.mark.parametrize("after", [5, 3])
+def test_a_resume_saved_at_an_epochs_partial_last_batch_says_it_trains_nothing_again(capsys, after):
+    """Saved at the last batch of a 10-sample epoch of batch size 4 (4, 4 and 2 samples): the epoch resumed with
+    batch size 5 or 3 trains nothing again, and its line says so (it said "restarts at sample 10 (2 samples trained
+    again)", and "continues exactly at sample 12" of the 10)."""
+    ids = list(range(10))
+
+    def loader(batch_size: int) -> ResumableDataLoader:
+        sampler = DistributedSampler(ids, num_replicas=1, rank=0, shuffle=False)
+        return ResumableDataLoader(ids, batch_size=batch_size, sampler=sampler)
+
+    saved = loader(4)
+    assert [len(batch) for batch in saved] == [4, 4, 2]
+    resumed = loader(after)
+    resumed.load_state_dict(saved.state_dict())
+    assert list(resumed) == []
+    said = f"resumed epoch 0 with batch size {after} (was 4): the epoch continues exactly at sample 10"
+    assert capsys.readouterr().out == said + "\n"
+
+
 @pytest.mark.parametrize(
     "was, now, samples, expected",
     [
@@ -111,13 +131,13 @@ def test_a_resume_with_another_batch_size_trains_every_sample_and_says_what_it_r
 )  # fmt: skip
 def test_the_position_is_counted_in_samples(was, now, samples, expected):
     order = {"seed": 1, "shuffle": True}
-    at, line = continued(2, {**was, **order}, {**now, **order}, samples)
+    at, line = continued(2, {**was, **order}, {**now, **order}, samples, IDS)
     assert at == expected[0] and expected[1] in line and line.startswith("resumed epoch 2 with ")
 
 
 def test_another_seed_says_the_order_is_another():
     shape = {"batch size": 16, "world size": 1, "shuffle": True}
-    at, line = continued(0, {**shape, "seed": 1}, {**shape, "seed": 2}, 48)
+    at, line = continued(0, {**shape, "seed": 1}, {**shape, "seed": 2}, 48, IDS)
     assert at == 48 and "seed 2 (was 1): the epoch's order is another" in line
 
 

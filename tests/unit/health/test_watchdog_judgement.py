@@ -364,4 +364,4 @@ def test_rank_zeros_hang_line_ends_with_the_goodput_so_far(job):
     with pytest.raises(Ended) as ended:
         wd.tick()
     assert "within the training timeout" in ended.value.line
-    assert ended.value.line.endswith(attempt.line(so_far=True)) and "start-up 20 s" in ended.value.line
+    assert ended.value.line.endswith(attempt.so_far()) and "start-up 20 s" in ended.value.line

@@ -5,8 +5,11 @@ child's own inside the one CheckpointConfig all the tuning job's children share 
     .venv/bin/pytest tests/unit/launch/test_tuning_child.py
 """
 
+import re
+
 import pytest
 
+from sagemaker_lightning.failure import UserError
 from sagemaker_lightning.launch import paths
 from sagemaker_lightning.launch.plan import make_plan
 
@@ -54,3 +57,13 @@ def test_the_plan_keeps_a_childs_checkpoints_apart(env, given, objective, expect
     completed = plan.completed(devices=1)  # from the same reading: the objective is not read again
     assert (completed.checkpoint_dir, completed.objective) == (expected_dir, expected_objective)
     assert plan.settings().get("checkpoint.dirpath") == expected_dir  # before the project's arguments: theirs win
+
+
+@pytest.mark.parametrize("name", ["..", ".", "/etc", "a/../..", "child/"])
+def test_a_childs_job_name_that_is_not_one_folder_is_refused_in_one_line(name):
+    """Joined to the checkpoint directory, `..` gave /opt/ml and `/etc` gave /etc, outside what SageMaker syncs (its
+    own names cannot hold these; a hand-made environment or local mode can)."""
+    env = {**SAGEMAKER, "TRAINING_JOB_NAME": name}
+    with pytest.raises(UserError, match=rf"^TRAINING_JOB_NAME={re.escape(repr(name))} is not one folder's name"):
+        make_plan(env, {"lo"}, objective=OBJECTIVE)
+    assert make_plan(env, {"lo"}).checkpoint_dir == "/sm/checkpoints"  # a training job's is the directory itself

@@ -137,7 +137,8 @@ def test_the_command_finds_its_parts_from_any_working_directory(tmp_path):
 
 
 def test_a_projects_own_metrics_join_the_runtimes():
-    given = job(*CLOUD, "--metric", "val/f1", "--metric", "throughput=tokens/s=([0-9.]+)")
+    number = r"loss=^loss=(-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?|-?[0-9.]+)(?= )"  # a number in any form SageMaker reads
+    given = job(*CLOUD, "--metric", "val/f1", "--metric", "throughput=tokens/s=([0-9.]+)", "--metric", number)
     assert given.name.startswith("lightning-")  # not the last metric's name (it was: "throughput")
     metrics = given.metrics
     assert metrics["validation:f1"] == r"val/f1=(-?[0-9.]+)" and metrics["throughput"] == r"tokens/s=([0-9.]+)"
@@ -151,6 +152,9 @@ def test_a_projects_own_metrics_join_the_runtimes():
     [
         ("train/acc", "'train/acc' is not a metric the validation line prints; log it as val/<name>"),
         ("broken=([0-9", "--metric broken=([0-9: unterminated character set"),
+        ("loss=loss=[0-9.]+", "--metric loss=loss=[0-9.]+: its regex captures nothing; SageMaker reads the value"),
+        (r"loss=loss=(\S+)", r"--metric loss=loss=(\S+): its first group can capture text; SageMaker reads a number"),
+        ("loss=(loss)=([0-9.]+)", "--metric loss=(loss)=([0-9.]+): its first group can capture text"),
     ],
 )
 def test_a_metric_the_logs_do_not_show_fails_in_one_line(given, message):
