@@ -56,8 +56,8 @@ format: install  ## ruff: fix what it can, then format
 test: install  ## Run every test tier: unit, toolkit, cloud, container (REQUIRE_ALL_TIERS=1: a skipped tier fails)
 	.venv/bin/pytest -rs
 
-test-unit: install  ## The unit tier alone: pure functions and in-process objects (46 s on 2 cores)
-	.venv/bin/pytest -rs tests/unit
+test-unit: install  ## The unit tier alone: pure functions and in-process objects, on both cores (pytest-xdist)
+	.venv/bin/pytest -rs -n 2 tests/unit
 
 lightning-cli-suite: install  ## Lightning's own CLI tests (its tag of the installed version) with its LightningCLI and the runtime's; names any test only the runtime's fails (git clone; LIGHTNING_REPO=path: a clone)
 	.venv/bin/python scripts/lightning_cli_suite.py $(if $(LIGHTNING_REPO),--lightning-repo $(LIGHTNING_REPO))

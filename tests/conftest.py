@@ -20,6 +20,7 @@ from wheels import write_wheel
 
 import make_dataset
 
+pytest_plugins = ("budget",)  # each tier's limit a test, the run's time against its budget (tests/plugins/budget.py)
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 USER_PROJECT = os.path.join(ROOT, "examples", "user_project")  # the sample a user starts from
 TIERS = ("unit", "toolkit", "cloud", "container")  # the folders under tests/, and their markers (pyproject.toml)

@@ -1,5 +1,6 @@
-"""Two ranks of a test in fresh processes (spawn: the parent's threads and torch state stay out), for the unit tests
-of what crosses a process group: each runs `target(rank, *args, out)` and puts `(rank, result)` in `out`.
+"""Two ranks of a test in fresh processes (forked from the preloaded server: the parent's threads and torch state stay
+out, and torch is not imported again), for the unit tests of what crosses a process group: each runs
+`target(rank, *args, out)` and puts `(rank, result)` in `out`.
 
     results = spawned.two_ranks(target, port, timeout_s=120)   # {0: rank 0's result, 1: rank 1's}
 """
@@ -8,13 +9,13 @@ import contextlib
 import queue
 import time
 
-import torch.multiprocessing as mp
+import preloaded
 
 
 def two_ranks(target, *args, timeout_s: float) -> dict:
     """rank → what `target(rank, *args, out)` put in `out`; a rank that fails fails the test at once (its traceback
     is above), one that hangs within timeout_s."""
-    context = mp.get_context("spawn")
+    context = preloaded.context()
     out = context.Queue()
     procs = [context.Process(target=target, args=(rank, *args, out)) for rank in range(2)]
     for p in procs:

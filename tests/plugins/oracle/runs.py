@@ -1,19 +1,18 @@
 """Running the oracle's job: every rank of every run a real process, forked from one server that imported torch,
-Lightning and the runtime once (a run then costs about a second, not seven); a case's chain of runs on one job's
-folders, and what each run left (Attempt).
+Lightning and the runtime once (preloaded.py); a case's chain of runs on one job's folders, and what each run left
+(Attempt).
 
     .venv/bin/python -c "from oracle import runs; help(runs.chain)"
 """
 
 import dataclasses
 import json
-import multiprocessing
-import multiprocessing.forkserver
 import os
 import re
 import signal
-import sys
 import time
+
+import preloaded
 
 from oracle import rank
 from oracle.cases import AGAIN, INTERRUPTIONS, PACES, RESHAPES, TOPOLOGIES, Case
@@ -29,16 +28,7 @@ class Runner:
 
     def __init__(self, ports):
         self.ports = ports  # a function returning a free TCP port
-        self.context = multiprocessing.get_context("forkserver")
-        self.context.set_forkserver_preload(["oracle.rank"])
-        # the server imports with the path it starts with: Python 3.11's forkserver drops the one it is handed, and a
-        # preload that fails is silent (each run then imported torch again: 7 s)
-        saved = os.environ.get("PYTHONPATH")
-        os.environ["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
-        try:
-            multiprocessing.forkserver.ensure_running()
-        finally:
-            os.environ.pop("PYTHONPATH") if saved is None else os.environ.update(PYTHONPATH=saved)
+        self.context = preloaded.context()  # oracle.rank imported once: a run costs about a second, not seven
 
     def run(self, run: Run) -> list[int]:
         """Each rank's exit code; a rank still running after RUN_TIMEOUT_S is a hang, which fails the case."""
