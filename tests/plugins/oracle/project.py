@@ -139,7 +139,7 @@ class Tiny:
 
     def validation_step(self, batch, batch_idx):
         x, ids = batch
-        self.log("val/loss", F.cross_entropy(self.net(x.float()), ids % CLASSES), sync_dist=True)
+        self.log("val/loss", F.cross_entropy(self.net(x.float()), ids % CLASSES))  # no collective a batch: 0.07 s each
 
     def configure_optimizers(self):
         return torch.optim.SGD(self.parameters(), lr=0.05, momentum=0.9)
