@@ -11,7 +11,7 @@ import multiprocessing.forkserver
 import os
 import sys
 
-PRELOAD = ["oracle.rank"]  # torch, both Lightning packages, the runtime, the oracle's job (tests/plugins/oracle)
+PRELOAD = ["oracle.warm"]  # torch, both Lightning packages, the runtime, the oracle's job (tests/plugins/oracle)
 
 
 def context():

@@ -15,7 +15,7 @@ import os
 from sagemaker_lightning.cli.concern import Context, Part
 from sagemaker_lightning.cli.lightning_package import attribute, made
 from sagemaker_lightning.data import decoders
-from sagemaker_lightning.data.resumable import resumable
+from sagemaker_lightning.data.resumable import ResumableEpoch, resumable, seed_all
 from sagemaker_lightning.data.streaming import StreamingEpochs, is_streaming, prepared
 from sagemaker_lightning.lines import say
 
@@ -61,16 +61,29 @@ class TrainingLoader:
         whose epoch starts again at its first batch: said in one line (else its last batches would be left out)."""
         combined = trainer.fit_loop._combined_loader
         loaders = combined.flattened if combined is not None else []  # its len() fails on an unsized loader
-        done = trainer.fit_loop.epoch_loop.batch_progress.current.ready
+        # the count is the resumed epoch's only where Lightning restarts that epoch: a save after an epoch's end hooks
+        # (a stop agreed between epochs) holds the finished epoch's count, which Lightning resets as the next begins
+        done = trainer.fit_loop.epoch_loop.batch_progress.current.ready if trainer.fit_loop.restarting else 0
         if done and (plain := [loader for loader in loaders if not hasattr(loader, "state_dict")]):
             move(trainer, 0)
             if trainer.is_global_zero:
                 say(restarted(trainer.current_epoch, done, plain[0]))
+        # a step's random numbers (dropout) come from the seed, the epoch and the batch, as the runtime's own loaders
+        # and streamed ones make them, where a loader of the project's own, or one that cannot resume, draws the batch
+        own = [loader for loader in loaders if not (isinstance(loader, ResumableEpoch) or is_streaming(loader))]
+        if own:
+            self._seed = int(os.environ.get("PL_GLOBAL_SEED", 0))  # seed_everything's
+            vars(self).pop("on_train_batch_start", None)
+        else:  # a step pays for the hook only where it seeds (Lightning skips None)
+            self.on_train_batch_start = None
         for loader in loaders:
             if (resumed := getattr(loader, "resumed", None)) and resumed[0] == trainer.current_epoch:
                 move(trainer, resumed[1])
             if resumed:
                 loader.resumed = None
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        seed_all(hash((self._seed, trainer.current_epoch, batch_idx)))
 
 
 def move(trainer, batches: int) -> None:

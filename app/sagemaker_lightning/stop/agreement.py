@@ -123,11 +123,22 @@ class StopTogether:
 
     def on_validation_start(self, trainer, pl_module):
         if self.pending is not None:
-            self.key, self.arrived = f"{PREFIX}{next(_validations)}", False
+            # a sharded model's validation step gathers its weights on every rank, a collective a batch: the ranks run
+            # the same batches, and one all-reduce at each batch's end stops them at the same one (a rank that stopped
+            # a batch before its peers, as the store lets it, left them waiting in the gather for dist_timeout)
+            self.paired = isinstance(trainer.strategy, tuple(self._sharded()))
+            self.key, self.arrived = f"{PREFIX}{next(_validations)}", self.paired
             self.store = torch.distributed.distributed_c10d._get_default_store()  # torch's own: its rendezvous's
+
+    def _sharded(self):
+        for name in ("strategies.ModelParallelStrategy", "strategies.FSDPStrategy"):
+            yield lightning_package.attribute(self.pl, name)
 
     def on_validation_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0):
         if self.pending is None:
+            return
+        if self.paired:
+            self.agree(trainer)  # Lightning's evaluation loop stops after this batch once received_sigterm is set
             return
         if trainer._evaluation_loop.batch_progress.is_last_batch:
             self._arrive(trainer)

@@ -169,13 +169,22 @@ def pairwise() -> list[Case]:
     return chosen
 
 
+# where a loader's count crosses an epoch's end: a stop agreed after the end hooks (between epochs), in the last step
+EDGES = ("epoch-end-hooks", "last-step")
+
+
+def edges() -> list[Case]:
+    """Every pipeline, SIGTERM to one rank at each of EDGES: pairwise meets no boundary with each pipeline."""
+    return [Case(b, "sigterm-one", p) for p in PIPELINES for b in EDGES]
+
+
 def reshaped() -> list[Case]:
     """A SIGTERM after step 2 (8 samples of the epoch done on 2 ranks), resumed in each of RESHAPES."""
     return [Case("step-end", "sigterm-one", "dataloader", reshape=r) for r in RESHAPES]
 
 
 def cases() -> list[Case]:
-    return list(dict.fromkeys(full() + pairwise() + reshaped()))
+    return list(dict.fromkeys(full() + pairwise() + edges() + reshaped()))
 
 
 def matrix() -> str:
@@ -191,8 +200,9 @@ def matrix() -> str:
             f"| {c.pipeline} | {c.topology} | {c.pace} | {INTERRUPTIONS[c.interruption].what} | {BOUNDARIES[c.boundary].what} |"
         )
     shapes = [f"| {RESHAPES[c.reshape][0]} |" for c in reshaped()]
+    edge = ", ".join(BOUNDARIES[b].what for b in EDGES)
     return MATRIX.format(
-        count=len(cases()), full="\n".join(rows), pairwise="\n".join(others), reshaped="\n".join(shapes)
+        count=len(cases()), full="\n".join(rows), pairwise="\n".join(others), edges=edge, reshaped="\n".join(shapes)
     )
 
 
@@ -223,6 +233,11 @@ SageMaker's variables), pace (fast steps: an agreement every many steps) and int
 boundaries are taken in turn.
 
 {pairwise}
+
+## Every pipeline at the epoch's edges
+
+Each pipeline on 2 processes, SIGTERM to one rank at each of: {edges}. A stop there is agreed after the epoch's end
+hooks or at the next epoch's first step, where a loader's count of its epoch crosses the epoch's end.
 
 ## Another shape on resume
 

@@ -301,12 +301,11 @@ def rank_main(rank: int, run: Run) -> None:
     os._exit(code)
 
 
-def _warm() -> None:
-    """One parse of the job's command line in the fork server (outside a job: Lightning's own CLI), so that each run's
-    process starts with what a parse leaves cached (jsonargparse's signatures, isinstance's ABC caches: 0.8 s a run)."""
+def warm() -> None:
+    """In the fork server (oracle/warm.py): one parse of the job's command line (outside a job: Lightning's own CLI),
+    so that each run's process starts with what a parse leaves cached (jsonargparse's signatures, isinstance's ABC
+    caches: 0.8 s a run); then the server's objects frozen: a forked run's collections skip them, not copy every page
+    they touch (1 s)."""
     for pl in PACKAGES.values():
         LightningCLI(made(project.Tiny, pl), made(project.UserData, pl), run=False, args=["--trainer.logger=false"])
-
-
-_warm()
-gc.freeze()  # the fork server's objects: a forked run's collections skip them, not copy every page they touch (1 s)
+    gc.freeze()
