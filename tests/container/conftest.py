@@ -18,7 +18,7 @@ from compose_jobs import STARTED, remove_containers
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # The image the tier builds and runs; another name lets two checkouts test side by side on one engine
 IMAGE = os.environ.get("TEST_IMAGE", "sagemaker-lightning:test")
-# The CA bundle given to the build carries this line; test_reliability checks it never reaches the image
+# The CA bundle given to the build carries this line; test_image_secrets checks it never reaches the image
 BUILD_MARKER = "sagemaker-lightning-build-secret-marker"
 REGISTRY = "/usr/bin/docker-registry"  # Debian's docker-registry package: the reference registry (distribution v2)
 
