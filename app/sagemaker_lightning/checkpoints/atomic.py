@@ -25,9 +25,7 @@ import shutil
 import fsspec
 import fsspec.implementations.local
 
-from sagemaker_lightning.checkpoints.location import remote, unlinked
-
-PREVIOUS = "last-previous.ckpt"  # last.ckpt's predecessor, kept while last.ckpt is replaced and uploaded
+from sagemaker_lightning.checkpoints.location import PREVIOUS, remote, unlinked
 
 
 def partial_path(path: str) -> str:

@@ -21,7 +21,7 @@ import time
 
 from sagemaker_lightning import lines
 from sagemaker_lightning.checkpoints.atomic import clear_partials
-from sagemaker_lightning.checkpoints.location import inside
+from sagemaker_lightning.checkpoints.location import LAST, inside
 from sagemaker_lightning.cli.lightning_package import attribute
 from sagemaker_lightning.failure import UserError
 from sagemaker_lightning.lines import say
@@ -129,7 +129,7 @@ class LastCheckpoint:
 
     def save(self, trainer, stop: bool = False) -> str:
         """last.ckpt now; written before it returns on a stop, and the first time (measured against the grace)."""
-        path = os.path.join(self.checkpoint.dirpath, "last.ckpt")
+        path = os.path.join(self.checkpoint.dirpath, LAST)
         started = self.clock()
         with self.timing("checkpoint stall"):
             with fsdp.sharded_saves(trainer.strategy):  # fsdp: a folder of one file per rank (fsdp.py)
@@ -258,8 +258,8 @@ class LastCheckpoint:
             chosen = self.resume_point.chosen if self.resume_point else None
             path = str(chosen or trainer.ckpt_path).rstrip("/")
             name = os.path.basename(path)
-            if os.path.basename(os.path.dirname(path)) == "last.ckpt":  # fsdp: a sharded save inside last.ckpt/
-                name = "last.ckpt"
+            if os.path.basename(os.path.dirname(path)) == LAST:  # fsdp: a sharded save inside last.ckpt/
+                name = LAST
             say(f"resuming at epoch {checkpoint['epoch']} step {checkpoint['global_step']} from {name}")
 
     def on_train_start(self, trainer, pl_module):

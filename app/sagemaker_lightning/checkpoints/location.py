@@ -1,5 +1,6 @@
 """Where a checkpoint location is: a URL (s3://, any fsspec protocol) or a directory of this machine, which paths
-are inside it, and that a save writes and deletes nowhere else (`unlinked`). No torch.
+are inside it, and that a save writes and deletes nowhere else (`unlinked`); and the names of what the runtime
+writes in checkpoint.dirpath, each written here only. No torch.
 
     python -c "from sagemaker_lightning.checkpoints.location import inside; print(inside('ckpts/../x', 'ckpts'))"
 """
@@ -10,6 +11,12 @@ import posixpath
 from sagemaker_lightning.failure import UserError
 
 LOCAL = (None, "file", "local")  # fsspec's protocols of this machine's files
+
+# checkpoint.dirpath's layout
+LAST = "last.ckpt"  # the newest save (a file; with fsdp a folder of saves: sharded_saves.py), the one resumed from
+PREVIOUS = "last-previous.ckpt"  # last.ckpt's predecessor, kept while last.ckpt is replaced and uploaded (atomic.py)
+META = "meta.pt"  # in a sharded save: Lightning's name for its non-tensor part (loops, callbacks)
+METADATA = ".metadata"  # in a sharded save: DCP's index of the shards, written last (rank 0's, after every shard)
 
 
 def remote(path: str) -> bool:

@@ -20,7 +20,7 @@ import torch
 
 from sagemaker_lightning.checkpoints import sharded_saves
 from sagemaker_lightning.checkpoints.io import read
-from sagemaker_lightning.checkpoints.location import remote, unlinked
+from sagemaker_lightning.checkpoints.location import LAST, remote, unlinked
 from sagemaker_lightning.failure import UserError
 from sagemaker_lightning.lines import say
 
@@ -70,7 +70,7 @@ def names(dirpath: str) -> list[str]:
         found = sorted(p.rstrip("/").rsplit("/", 1)[-1] for p in fs.ls(root, detail=False))
     except FileNotFoundError:
         return []
-    return sorted((n for n in found if n.endswith(".ckpt") and not n.startswith(".")), key=lambda n: n != "last.ckpt")
+    return sorted((n for n in found if n.endswith(".ckpt") and not n.startswith(".")), key=lambda n: n != LAST)
 
 
 def resume_path(dirpath: str, model: Mapping | None = None, strict: bool = True, announce: bool = True) -> str | None:
@@ -86,7 +86,7 @@ def resume_path(dirpath: str, model: Mapping | None = None, strict: bool = True,
             steps[name] = resumable_step(url[name], model, strict)
         except Unresumable as e:
             problems[name] = str(e)
-        if name == "last.ckpt" and name in steps:
+        if name == LAST and name in steps:
             break  # the usual case: the others need not be read
     if not steps:
         if not problems:
@@ -96,9 +96,9 @@ def resume_path(dirpath: str, model: Mapping | None = None, strict: bool = True,
             f"cannot resume from {url[name]}: {why}; delete it (and its copy under the job's checkpoint_s3_uri), or "
             "set checkpoint.dirpath to another location to start afresh"
         )
-    newest = "last.ckpt" if "last.ckpt" in steps else max(steps, key=steps.get)
-    if newest != "last.ckpt" and announce:
-        why = f"{problems['last.ckpt']}" if "last.ckpt" in problems else "there is none"
+    newest = LAST if LAST in steps else max(steps, key=steps.get)
+    if newest != LAST and announce:
+        why = f"{problems[LAST]}" if LAST in problems else "there is none"
         say(
             f"resuming from {url[newest]} (step {steps[newest]}), the newest checkpoint that can be: not from last.ckpt, {why}"
         )
@@ -147,7 +147,7 @@ class ResumePoint:
             self.candidate = sharded_saves.resume_path(dirpath, announce)
         else:
             sharded_saves.refuse_sharded(dirpath)
-            self.candidate = f"{dirpath.rstrip('/')}/last.ckpt" if names(dirpath) else None
+            self.candidate = f"{dirpath.rstrip('/')}/{LAST}" if names(dirpath) else None
         self.chosen: str | None = None
 
     def choose(self, path: str) -> str:

@@ -41,11 +41,10 @@ from torch.distributed.checkpoint.state_dict import (
 )
 
 from sagemaker_lightning.checkpoints.io import PATHS, UnsafeGlobal, admitted, refusal
-from sagemaker_lightning.checkpoints.location import remote, unlinked
+from sagemaker_lightning.checkpoints.location import LAST, META, METADATA, remote, unlinked
 from sagemaker_lightning.failure import UserError
 from sagemaker_lightning.lines import say
 
-META = "meta.pt"  # Lightning's name for the non-tensor part of a sharded checkpoint
 # what DCP's .metadata holds (Metadata, pickled whole by FileSystemWriter): its dataclasses, each item's storage info,
 # torch.Size, dtypes, layouts (pickled as torch.serialization._get_layout), the save's path, collections
 METADATA_CLASSES = ("Metadata", "MetadataIndex", "StorageMeta", "TensorStorageMetadata", "BytesStorageMetadata")
@@ -94,8 +93,8 @@ def missing(save: Path) -> list[str]:
     """What a sharded save lacks to be resumed from: nothing once .metadata loads, meta.pt is whole (a zip archive
     ends with its directory) and every file .metadata names is there at the size it records (DCP writes each file's
     items one after the other: its size is the end of the last)."""
-    if not (save / ".metadata").is_file():
-        return [".metadata"]
+    if not (save / METADATA).is_file():
+        return [METADATA]
     if not zipfile.is_zipfile(save / META):
         return [META if not (save / META).exists() else f"{META} (cut short)"]
     try:
@@ -139,7 +138,7 @@ def resume_path(dirpath: str, announce: bool = True) -> str | None:
             f"checkpoint.dirpath={dirpath}: trainer.strategy=fsdp writes its sharded checkpoints to a directory of "
             "this machine; on SageMaker leave it unset (/opt/ml/checkpoints, synced to checkpoint_s3_uri)"
         )
-    last = Path(dirpath) / "last.ckpt"
+    last = Path(dirpath) / LAST
     unlinked(str(last), dirpath)  # a link there would take the saves, and the prune after each, elsewhere
     if last.is_file():
         raise UserError(
@@ -158,7 +157,7 @@ def resume_path(dirpath: str, announce: bool = True) -> str | None:
 
 def refuse_sharded(dirpath: str) -> None:
     """Under any other strategy: a last.ckpt/ of fsdp's sharded saves is named, not skipped or overwritten."""
-    if not remote(dirpath) and (Path(dirpath) / "last.ckpt").is_dir():
+    if not remote(dirpath) and (Path(dirpath) / LAST).is_dir():
         raise UserError(
             f"{Path(dirpath) / 'last.ckpt'} holds sharded saves of trainer.strategy=fsdp; resume it with "
             "trainer.strategy=fsdp, or point checkpoint.dirpath elsewhere to start over"
@@ -188,7 +187,7 @@ class MetadataReader(dcp.FileSystemReader):
 
     def read_metadata(self, *args, **kwargs) -> metadata.Metadata:
         rank = kwargs.get("rank")  # where every rank wrote its own (torch 2.9 and later), as torch's reader names it
-        name = ".metadata" if rank is None else f"__{rank}.metadata"
+        name = METADATA if rank is None else f"__{rank}{METADATA}"
         with self.fs.create_stream(self.fs.concat_path(self.path, name), "rb") as f:
             try:
                 found = MetadataUnpickler(f).load()

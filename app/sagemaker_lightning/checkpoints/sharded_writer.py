@@ -33,8 +33,8 @@ from torch.distributed.tensor import DTensor
 
 from sagemaker_lightning import lines
 from sagemaker_lightning.checkpoints.atomic import prune, replacing
-from sagemaker_lightning.checkpoints.location import unlinked
-from sagemaker_lightning.checkpoints.sharded_saves import META, committer, first_failure, newest_complete, step
+from sagemaker_lightning.checkpoints.location import META, unlinked
+from sagemaker_lightning.checkpoints.sharded_saves import committer, first_failure, newest_complete, step
 
 
 class ShardedWriter:
