@@ -24,8 +24,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 pytestmark = pytest.mark.container
 
-# 2 epochs of 6 steps, last.ckpt every 2 steps: kills land mid-epoch
+# 2 epochs of 6 steps, last.ckpt every 2 steps: kills land mid-epoch. MobileNet-V3-Small (1.5 M parameters, not the
+# example's ResNet-18 of 11 M): these tests prove kills, stops and resumes, which no model size changes
 RESUMABLE = [
+    "model.arch=mobilenet_v3_small",
     "trainer.max_epochs=2",
     "trainer.limit_train_batches=6",
     "trainer.limit_val_batches=1",
@@ -304,7 +306,7 @@ def test_an_sdk3_source_code_job_stopped_as_spot_stops_it_resumes_exactly(image,
     trainers after the grace period. The log named what bounds the loss (last.ckpt every 4 steps); the same job
     again resumes from that checkpoint and ends at the planned step with the weights of an uninterrupted run."""
     settings = ["--source-dir", user_project, "--instance-count", "2", "trainer.max_epochs=2", "data.batch_size=16",
-                "model.step_seconds=0.5", "last_checkpoint_every_n_steps=4", "trainer.enable_progress_bar=False"]  # fmt: skip
+                "last_checkpoint_every_n_steps=4", "trainer.enable_progress_bar=False"]  # fmt: skip
     uninterrupted = start_job(image, points_dir, tmp_path / "a", *settings, sdk="v3")
     whole = finish(uninterrupted, [])
     assert uninterrupted.returncode == 0, whole[-5000:]
@@ -312,7 +314,10 @@ def test_an_sdk3_source_code_job_stopped_as_spot_stops_it_resumes_exactly(image,
     assert expected[1] == 24  # 2 epochs of 12 steps (192 points a rank, batch 16)
 
     ckpts = tmp_path / "ckpts"
-    first = start_job(image, points_dir, tmp_path / "b", "--checkpoints", str(ckpts), *settings, sdk="v3")
+    # a pause in each step (a sleep: the weights are the same) so that the stop lands mid-epoch; only here, where the
+    # job is stopped: the other two wait for nothing
+    first = start_job(image, points_dir, tmp_path / "b", "--checkpoints", str(ckpts), *settings,
+                      "model.step_seconds=0.5", sdk="v3")  # fmt: skip
     lines = read_until(first, r"saved last\.ckpt at epoch 0 step 4")
     assert any("no SIGTERM reaches the training processes (PID 1 is SDK 3.x's driver" in line and
                "last.ckpt every 4 steps bounds it" in line for line in lines), "".join(lines[-30:])  # fmt: skip
