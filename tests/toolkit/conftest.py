@@ -2,7 +2,8 @@
 sagemaker-training on it, one process tree per host, as SageMaker starts each container.
 
 SAGEMAKER_BASE_DIR moves /opt/ml for the toolkit and the entrypoint; the toolkit reads the same three JSON files
-SageMaker writes. A job without code of its own runs the example (app/example), as the image does.
+SageMaker writes. A job without code of its own runs the example (app/example), as the image does. For a line the
+runtime alone makes, run_in_process runs the example's program in the test's process, as the toolkit would start it.
 """
 
 import itertools
@@ -12,7 +13,9 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 
 import pytest
 from proctree import kill_tree
@@ -40,9 +43,10 @@ TINY = {  # hyperparameters small enough for 2 CPU cores: batch 16, two steps, o
 }
 
 
-@pytest.fixture
-def tiny() -> dict[str, str]:
-    return dict(TINY)
+@pytest.fixture(scope="session")
+def tiny() -> Mapping[str, str]:
+    """TINY, read-only: a session's fixtures (one job, several tests' assertions) take it too."""
+    return MappingProxyType(TINY)
 
 
 @dataclass
@@ -149,6 +153,53 @@ def run_hosts_once(tmp_path_factory, free_port):
     return lambda *args, **kwargs: run_job(tmp_path_factory.mktemp("job"), free_port(), *args, **kwargs)
 
 
+# the environment and arguments sagemaker-training's `train` gives the job's program, computed by its own code in a
+# process of its own (its paths are read from SAGEMAKER_BASE_DIR when it is imported; no torch: 0.2 s)
+TOOLKIT_VIEW = """
+import json
+from sagemaker_training import environment
+job = environment.Environment()
+print(json.dumps({"env": job.to_env_vars(), "argv": job.to_cmd_args()}))
+"""
+
+
+@pytest.fixture
+def run_in_process(tmp_path, monkeypatch, capfd, as_script):
+    """run_job for one host, its program, the example's train.py, in this process: the runtime's LightningCLI with
+    the environment and arguments the real toolkit gives it, less a process's start and imports (5 s and more each).
+    For a line the runtime alone makes; a failure ends the program as in a job (as_script: one line, an exit code)."""
+    import train  # app/example's
+    from sagemaker_lightning.boot import signals
+
+    runs = itertools.count()
+
+    def run(hosts, hyperparameters, channels, current_hosts=None, env=None) -> list[Host]:
+        base = str(tmp_path / f"in-process{next(runs)}")
+        (current,) = current_hosts or hosts[:1]
+        make_opt_ml(base, hosts, current, hyperparameters, channels, code=EXAMPLE)  # the example, as PID 1 copies it
+        view = subprocess.run(
+            [sys.executable, "-c", TOOLKIT_VIEW], env={**os.environ, "SAGEMAKER_BASE_DIR": base},
+            capture_output=True, text=True, check=True,
+        )  # fmt: skip
+        given = json.loads(view.stdout.splitlines()[-1])
+        for key in ("RANK", "LOCAL_RANK", "NODE_RANK", "WORLD_SIZE"):  # a process of the job starts without them
+            monkeypatch.delenv(key, raising=False)
+        for key, value in {**given["env"], "SAGEMAKER_BASE_DIR": base, **(env or {})}.items():
+            monkeypatch.setenv(key, value)
+        monkeypatch.setattr(signals, "RUN_DIR", os.path.join(base, "run"))
+        monkeypatch.chdir(os.path.join(base, "code"))  # where the toolkit runs the program
+        capfd.readouterr()
+        start, code = time.monotonic(), 0
+        try:
+            as_script(train.main, given["argv"])
+        except SystemExit as e:
+            code = e.code
+        out, err = capfd.readouterr()
+        return [Host(base, code, out + err, time.monotonic() - start)]
+
+    return run
+
+
 @pytest.fixture(scope="session")
 def opt_ml():
     """make_opt_ml, for a test that starts a job's process itself (as SDK 3.x's driver starts the script)."""
@@ -157,9 +208,13 @@ def opt_ml():
 
 @pytest.fixture(scope="session")
 def tiny_job(tmp_path_factory, free_port, archive_dir) -> Host:
-    """The tiny one-host job, run once a session. test_one_host_trains_and_exports checks what it did; its seconds
-    are what the "fails fast" bounds are relative to, measured under the same load: a job that fails before it trains
-    ends within twice the time of one that trains and exports (a fixed bound would not hold on a slower or busier
-    machine, nor be tight on a fast one)."""
-    (host,) = run_job(tmp_path_factory.mktemp("tiny"), free_port(), ["localhost"], TINY, {"training": archive_dir})
+    """The tiny one-host job, run once a session, a progress line at every step. test_one_host_trains_and_exports
+    and test_metric_definitions_match_the_lines_of_a_real_run check what it did; its seconds are what the "fails
+    fast" bounds are relative to, measured under the same load: a job that fails before it trains ends within twice
+    the time of one that trains and exports (a fixed bound would not hold on a slower or busier machine, nor be tight
+    on a fast one)."""
+    hyperparameters = {**TINY, "trainer.log_every_n_steps": 1}
+    (host,) = run_job(
+        tmp_path_factory.mktemp("tiny"), free_port(), ["localhost"], hyperparameters, {"training": archive_dir}
+    )
     return host

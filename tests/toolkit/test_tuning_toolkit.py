@@ -6,7 +6,9 @@ exports, the README's load snippet reads its model, and the tuner reads one obje
 host's log, from global rank 0, on 2 hosts under each launcher this tier runs: one process per host (the toolkit's),
 torchrun (LAUNCHER=torchrun) and SDK 3.x's driver (its command line; mpirun: tests/container/test_local_mode.py).
 The runtime names the metric the tuner ranks once a job, says in one line when the job does not print it, never
-passes _tuning_objective_metric to the project, and keeps each child's checkpoints apart.
+passes _tuning_objective_metric to the project, and keeps each child's checkpoints apart. The generic Estimator's child
+with source_dir, and SDK 3.x's driver's command line, each run once, on 2 hosts: what one host proves, their first
+host (global rank 0) shows.
 
     .venv/bin/pytest -q tests/toolkit/test_tuning_toolkit.py
 """
@@ -108,15 +110,18 @@ def objective_epochs(*outputs: str) -> list[int]:
 
 @pytest.mark.parametrize("name", CHILDREN)
 def test_a_tuning_childs_hyperparameters_train_export_and_print_the_objective_once_an_epoch(
-    name, run_hosts, user_project, points_dir, archive_dir, tmp_path
+    name, run_hosts, user_project, points_dir, archive_dir, tmp_path, request
 ):
     make, ranges, tuned, project = CHILDREN[name]
     hps = child_of(make(user_project), ranges, tuned)
     if name.startswith("PyTorch"):  # what a framework estimator adds, and its categorical values as JSON
         assert json.loads(hps["sagemaker_estimator_class_name"]) == "PyTorch"
         assert json.loads(hps["sagemaker_estimator_module"]) == "sagemaker.pytorch.estimator"
-    channels = {"training": points_dir if project else archive_dir}
-    (host,) = run_hosts(["localhost"], hps, channels, code=user_project if project else None)
+    if name == TWO_HOSTS:  # this child's job runs once, on two hosts: its first host's, global rank 0's
+        host = request.getfixturevalue("two_hosts")[0]
+    else:
+        channels = {"training": points_dir if project else archive_dir}
+        (host,) = run_hosts(["localhost"], hps, channels, code=user_project if project else None)
     assert host.returncode == 0, host.output[-3000:]
     with open(host.path("model", "config.yaml")) as f:
         config = f.read()
@@ -128,10 +133,13 @@ def test_a_tuning_childs_hyperparameters_train_export_and_print_the_objective_on
         assert loaded.returncode == 0 and re.fullmatch(r"tensor\(\[[012]\]\)\n", loaded.stdout), loaded.stderr
 
 
+TWO_HOSTS = "Estimator, source_dir"
+
+
 @pytest.fixture(scope="module")
 def two_hosts(run_hosts_once, user_project, points_dir):
     """A child of the generic Estimator with source_dir, on two hosts (one toolkit process tree each)."""
-    make, ranges, tuned, _ = CHILDREN["Estimator, source_dir"]
+    make, ranges, tuned, _ = CHILDREN[TWO_HOSTS]
     hps = child_of(make(user_project), ranges, tuned)
     hosts = run_hosts_once(["localhost", "127.0.0.1"], hps, {"training": points_dir}, code=user_project)
     for host in hosts:
@@ -152,7 +160,7 @@ def test_the_log_names_the_metric_the_tuner_ranks_once(two_hosts):
 def test_under_torchrun_the_tuner_reads_one_objective_line_an_epoch(run_hosts, user_project, points_dir):
     """LAUNCHER=torchrun on 2 hosts: the runtime runs torchrun in each host's process (c10d, ranks by join order),
     whose processes each read the plan again; global rank 0, on either host, prints the objective's line."""
-    make, ranges, tuned, _ = CHILDREN["Estimator, source_dir"]
+    make, ranges, tuned, _ = CHILDREN[TWO_HOSTS]
     hps = child_of(make(user_project), ranges, tuned)
     hosts = run_hosts(["localhost", "127.0.0.1"], hps, {"training": points_dir}, code=user_project,
                       env={"LAUNCHER": "torchrun"})  # fmt: skip
@@ -209,20 +217,23 @@ def sdk3_driver(opt_ml, hosts: list[str], root, port: int, code: str, channels: 
                 proc.communicate()
 
 
-def test_sdk3_drivers_command_line_with_the_objective_trains(opt_ml, user_project, points_dir, tmp_path, free_port):
-    ((base, code, output),) = sdk3_driver(opt_ml, ["localhost"], tmp_path, free_port(), user_project,
-                                          {"training": points_dir})  # fmt: skip
+@pytest.fixture(scope="module")
+def sdk3_two_hosts(opt_ml, user_project, points_dir, tmp_path_factory, free_port) -> list[tuple[str, int, str]]:
+    """Two hosts, each its own process as SDK 3.x's driver starts it (one process per host, Lightning's DDP)."""
+    return sdk3_driver(opt_ml, ["localhost", "127.0.0.1"], tmp_path_factory.mktemp("sdk3"), free_port(), user_project,
+                       {"training": points_dir})  # fmt: skip
+
+
+def test_sdk3_drivers_command_line_with_the_objective_trains(sdk3_two_hosts):
+    """The first host's process, global rank 0's: it trains, exports and prints the objective."""
+    ((base, code, output), _) = sdk3_two_hosts
     assert code == 0, output[-3000:]
     assert torch.load(os.path.join(base, "model", "model.pt"), weights_only=True)
     assert output.count(RANKED) == 1 and len(objective_lines(output)[0]) == EPOCHS
 
 
-def test_under_sdk3s_driver_the_tuner_reads_one_objective_line_an_epoch(
-    opt_ml, user_project, points_dir, tmp_path, free_port
-):
-    """Two hosts, each its own process as the driver starts it (one process per host, Lightning's DDP)."""
-    hosts = sdk3_driver(opt_ml, ["localhost", "127.0.0.1"], tmp_path, free_port(), user_project,
-                        {"training": points_dir})  # fmt: skip
+def test_under_sdk3s_driver_the_tuner_reads_one_objective_line_an_epoch(sdk3_two_hosts):
+    hosts = sdk3_two_hosts
     for _, code, output in hosts:
         assert code == 0, output[-3000:]
     outputs = [output for _, _, output in hosts]
