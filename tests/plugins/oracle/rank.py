@@ -11,7 +11,6 @@ step's ids and loss, each epoch's start, the moment of its signal; a rank that e
 
 import atexit
 import functools
-import gc
 import json
 import multiprocessing
 import os
@@ -299,13 +298,3 @@ def rank_main(rank: int, run: Run) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
-
-
-def warm() -> None:
-    """In the fork server (oracle/warm.py): one parse of the job's command line (outside a job: Lightning's own CLI),
-    so that each run's process starts with what a parse leaves cached (jsonargparse's signatures, isinstance's ABC
-    caches: 0.8 s a run); then the server's objects frozen: a forked run's collections skip them, not copy every page
-    they touch (1 s)."""
-    for pl in PACKAGES.values():
-        LightningCLI(made(project.Tiny, pl), made(project.UserData, pl), run=False, args=["--trainer.logger=false"])
-    gc.freeze()
