@@ -5,7 +5,7 @@
 
 Global rank 0 measures its own timeline, which every rank keeps step with, as contiguous intervals, so the terms add
 up to the wall time:
-  start-up      from the container's start (PID 1 records it: STARTED_AT; elsewhere this process's start) to the
+  start-up      from the container's start (PID 1 records it: boot/started.py; elsewhere this process's) to the
                 first training step, less what is accounted inside it (a restore, the sanity check's validation)
   restore       reading the checkpoint the job resumes from (checkpoints/io.py accounts it)
   checkpoint stall  what a save holds the training thread for (checkpoints/: last.ckpt, the best checkpoints)
@@ -19,7 +19,10 @@ up to the wall time:
 A job's attempts (a spot restart, torchrun's in-job restart) each add their own record: the checkpoint carries the
 records of the attempts before it (Goodput's state), and the ledger beside the checkpoints (goodput_file.py) the
 records of the newest attempt and those before it, as far as each got: the attempts after the last save, however many
-were killed there. The line goes to the job's log, to its logger and MLflow run (goodput/*), and, for a job that ends
+were killed there, each from its trainer's setup on (written every 5 s until its first step: one killed in a long
+restore counts too; one killed before, in its imports or its process group's rendezvous, does not). The line goes to
+the job's log, said after the process group's end (a one-host job on 2 cores: 1.5 s of the interpreter's exit and the
+toolkit's report come after it), to its logger and MLflow run (goodput/*, at the fit's end), and, for a job that ends
 badly, into its failure line ("goodput so far"). Its two hooks a step cost 13.5 µs a step with Lightning's profiler's
 own few µs a hook, about as the progress line's hook does (scripts/bench_overhead.py --profile, 1 process, 2 AMD EPYC
 cores, torch 2.14.1). No torch.
@@ -29,7 +32,6 @@ cores, torch 2.14.1). No torch.
 
 import contextlib
 import functools
-import os
 import time
 import uuid
 
@@ -38,27 +40,7 @@ from sagemaker_lightning.cli.concern import Context, Part
 from sagemaker_lightning.cli.lightning_package import made
 from sagemaker_lightning.lines import say
 
-STARTED_AT = "SAGEMAKER_LIGHTNING_STARTED_AT"  # the container's start (time.time()), as PID 1 gives it its command
 TERMS = ("start-up", "restore", "checkpoint stall", "steps trained again", "data wait", "validation", "training", "end")
-
-
-def started_at(env=os.environ) -> float:
-    """When this attempt started: the job's container (PID 1's record), else this process (a process without the
-    image's entrypoint: SDK 3.x's driver, a laptop; and the ranks torchrun restarted inside a job, whose attempt
-    begins with them)."""
-    try:
-        if not int(env.get("TORCHELASTIC_RESTART_COUNT") or 0):
-            return float(env[STARTED_AT])
-    except (KeyError, ValueError):
-        pass
-    try:
-        with open("/proc/self/stat") as f:
-            ticks = int(f.read().rpartition(")")[2].split()[19])
-        with open("/proc/stat") as f:
-            boot = next(int(line.split()[1]) for line in f if line.startswith("btime "))
-        return boot + ticks / os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError, StopIteration):
-        return time.time()
 
 
 class Ledger:
@@ -122,17 +104,23 @@ class Attempt:
         self.ledger, self.start, self.checkpoint, self.wall = ledger, start, checkpoint, wall
         self.id = uuid.uuid4().hex
         self.before: list[dict] = []  # the records of the attempts before this one
+        self.known: list[dict] | None = None  # the ledger's records when this attempt began (Goodput.setup)
         self.again_until = -1  # the step up to which this attempt trains again what a killed one had trained
         self.step = 0  # the highest step this attempt reached
         self.training = False  # whether this attempt has begun its first step: only then is there a goodput to say
         self.ended = None  # the wall clock at its fit's end (Goodput._finish), where its wall time stops
+        self.deferred = False  # its line said by conclude() (the hub's, after the fit), not at the fit's end
 
     def record(self) -> dict:
-        """This attempt's record so far: its wall time (to its fit's end, once ended), its terms, the step it reached."""
+        """This attempt's record so far: its wall time (to its fit's end, once ended), its terms, the step it reached;
+        before its first step, all its time not accounted is start-up (as the first step will say)."""
+        wall, seconds = (self.wall() if self.ended is None else self.ended) - self.start, dict(self.ledger.seconds)
+        if not self.training:
+            seconds["start-up"] += max(wall - sum(seconds.values()), 0.0)
         return {
             "id": self.id,
-            "wall": (self.wall() if self.ended is None else self.ended) - self.start,
-            "seconds": dict(self.ledger.seconds),
+            "wall": wall,
+            "seconds": seconds,
             "steps_again": self.ledger.steps_again,
             "step": self.step,
         }
@@ -142,11 +130,12 @@ class Attempt:
 
     def resumed(self, saved: list[dict], resumed_step: int, ledger: list[dict] | None) -> None:
         """The checkpoint's records (the last one: the attempt that saved it, as it was then), and the ledger's: the
-        attempts since, as far as each got (the saver's included), where the ledger goes on from that save; the
-        steps any of them reached beyond the resumed step are trained again."""
-        records = list(saved)
+        attempts since, as far as each got (the saver's included), where the ledger goes on from that save; with no
+        checkpoint's records, every attempt the ledger holds (killed before any save). The steps any of them reached
+        beyond the resumed step are trained again."""
+        records = list(saved) or list(ledger or [])
         ids = [record.get("id") for record in ledger or []]
-        if records and records[-1].get("id") in ids:  # killed after that save: the saver, then each attempt after it
+        if saved and records[-1].get("id") in ids:  # killed after that save: the saver, then each attempt after it
             records[-1:] = ledger[ids.index(records[-1].get("id")) :]
         reached = max((record.get("step", 0) for record in records), default=0)
         if reached > resumed_step:
@@ -165,6 +154,15 @@ class Attempt:
     def line(self) -> str:
         """The goodput line of every attempt so far (lines.goodput)."""
         return lines.goodput(*summed(self.records()))
+
+    def conclude(self) -> None:
+        """The line of an ended fit, said after what follows it in the process (the teardown hooks, the process
+        group's end): that time is the end term's too."""
+        if self.deferred and self.ended is not None:
+            now = self.wall()
+            self.ledger.spent("end", now - self.ended)
+            self.ended = now
+            say(self.line())
 
     def so_far(self) -> str | None:
         """A failure line's end (cli/hub.py, the watchdog's): the goodput so far, once this attempt trained; None
@@ -190,9 +188,24 @@ class Goodput:
         self._since = 0.0  # the ledger's accounted seconds at the last mark
         self._written = -goodput_file.EVERY_S
         self.writes = goodput_file.Writes()
+        self._starting = None  # the event that ends the start-up's writes (setup to the first step)
 
     def setup(self, trainer, pl_module, stage):
         self.on = stage == "fit" and trainer.is_global_zero
+        if self.on and (folder := self.attempt.where()):  # ModelCheckpoint, set up before, resolved its dirpath
+            # the ledger's records are this attempt's predecessors until a resumed checkpoint says which
+            # (on_train_start); this attempt's record is written with them from now until its first step, so that one
+            # killed while it starts (a long restore, a host lost) leaves its time too
+            self.attempt.known = goodput_file.read(folder)
+            self.attempt.before = list(self.attempt.known or [])
+            self._starting = self.writes.every(goodput_file.STARTING_EVERY_S, folder, self.attempt.records)
+
+    def _started(self) -> None:
+        """The start-up's writes end (the first step, a failure before it, the teardown), without waiting for one in
+        flight (an S3 put that hangs holds no step)."""
+        if self._starting:
+            self._starting.set()
+            self._starting = None
 
     def state_dict(self) -> dict:
         return {"records": self.attempt.records()}
@@ -203,7 +216,7 @@ class Goodput:
     def on_train_start(self, trainer, pl_module):
         if self.on:
             saved = goodput_file.checked(self._saved, "the goodput records of the checkpoint resumed from") or []
-            self.attempt.resumed(saved, trainer.global_step, goodput_file.read(self.attempt.where()))
+            self.attempt.resumed(saved, trainer.global_step, self.attempt.known)
 
     def on_validation_start(self, trainer, pl_module):
         self._validation = (self.clock(), self.ledger.accounted())
@@ -218,6 +231,7 @@ class Goodput:
             return
         now, ledger = self.clock(), self.ledger
         if self._last_end is None:  # everything accounted so far happened inside the start-up
+            self._started()
             self.attempt.training = True
             ledger.spent("start-up", self.attempt.wall() - self.attempt.start - ledger.total)
         else:
@@ -260,11 +274,22 @@ class Goodput:
     def on_fit_end(self, trainer, pl_module):
         if self.on and self._last_end is not None:
             self._finish(trainer)
-            say(self.attempt.line())
+            if not self.attempt.deferred:
+                say(self.attempt.line())
 
     def on_exception(self, trainer, pl_module, exception):
-        if self.on and self._last_end is not None:
+        if not self.on:
+            return
+        if self._last_end is not None:
             self._finish(trainer)
+        elif self._starting:  # failed while it started: its record as far as it got
+            self._started()
+            self.writes.check(wait=True)
+            self._write()
+            self.writes.check(wait=True)
+
+    def teardown(self, trainer, pl_module, stage):
+        self._started()  # a fit that never stepped (max_steps=0)
 
 
 def concern(ctx: Context) -> Part:

@@ -16,6 +16,7 @@ from sagemaker_lightning.lines import say
 
 NAME = "goodput.json"
 EVERY_S = 30.0  # between its writes: an attempt killed after its last save loses at most this much
+STARTING_EVERY_S = 5.0  # between its writes while an attempt starts (no step to hold): a long restore killed loses this
 # above any figure of a record (seconds: 31,000 years; steps): a larger one is no record's, and an integer too large
 # for a float would fail the sums
 MOST = 1e12
@@ -76,42 +77,66 @@ def read(folder: str | None) -> list[dict] | None:
 class Writes:
     """The file's writes, each from a thread of its own that ends with it (no thread outlives a trainer, whatever
     ends its fit): while one is in flight a later one is not asked for (the next interval's writes the newer
-    records); a failure is said in the calling (training) thread, where a line cannot land inside a project's
-    print()."""
+    records); a failure is said in the training thread (`quiet` elsewhere), where a line cannot land inside a
+    project's print(). The training thread and goodput's start-up writes share it: one write in flight at a time."""
 
     def __init__(self):
         self._put = None  # (folder, future) of the write in flight
-        self._failed = False  # said once: each interval would say it again
+        self._failed = None  # (folder, error) of the first failure, until said; said once: each interval would again
+        self._said = False
+        self._lock = threading.Lock()
 
-    def write(self, folder: str, records: list[dict]) -> None:
-        """`records` (taken in the training thread) written in the background, unless a write is in flight."""
-        self.check(wait=False)
-        if self._put is None:
-            future = concurrent.futures.Future()
+    def __getstate__(self):  # strategy="ddp_spawn" pickles the callback, before any write: a lock does not pickle
+        return {**self.__dict__, "_lock": None}
 
-            def put() -> None:
-                try:
-                    write(folder, records)
-                    future.set_result(None)
-                except Exception as e:
-                    future.set_exception(e)
+    def __setstate__(self, state):
+        self.__dict__.update(state, _lock=threading.Lock())
 
-            # a daemon: a process that ends leaves a write in flight as its partial file, which no read takes
-            threading.Thread(target=put, name="goodput-ledger", daemon=True).start()
-            self._put = (folder, future)
+    def write(self, folder: str, records: list[dict], quiet: bool = False) -> None:
+        """`records` written in the background, unless a write is in flight."""
+        with self._lock:
+            self._settle(wait=False, quiet=quiet)
+            if self._put is None:
+                future = concurrent.futures.Future()
+
+                def put() -> None:
+                    try:
+                        write(folder, records)
+                        future.set_result(None)
+                    except Exception as e:
+                        future.set_exception(e)
+
+                # a daemon: a process that ends leaves a write in flight as its partial file, which no read takes
+                threading.Thread(target=put, name="goodput-ledger", daemon=True).start()
+                self._put = (folder, future)
+
+    def every(self, seconds: float, folder: str, records) -> threading.Event:
+        """records() written at once and every `seconds`, quietly, from a thread of its own until the event it returns
+        is set (made here, not in __init__: strategy="ddp_spawn" pickles the callback before)."""
+        stop = threading.Event()
+
+        def writes() -> None:
+            while not stop.is_set():
+                self.write(folder, records(), quiet=True)
+                stop.wait(seconds)
+
+        threading.Thread(target=writes, name="goodput-starting", daemon=True).start()
+        return stop
 
     def check(self, wait: bool) -> None:
-        """The write in flight, once it is done (waited for when `wait`): its failure said, the first time."""
-        if self._put is None or not (wait or self._put[1].done()):
-            return
-        (folder, put), self._put = self._put, None
-        try:
-            put.result()
-        except Exception as e:
-            if not self._failed:
-                self._failed = True
-                say(
-                    f"could not write goodput's ledger {path(folder)} ({type(e).__name__}: {e}); training goes on and "
-                    f"the write is retried every {EVERY_S:.0f} s (until one lands, an attempt killed after its last "
-                    "save leaves its time since that save out of the goodput)"
-                )
+        """The write in flight, once it is done (waited for when `wait`); a failure said, the first time."""
+        with self._lock:
+            self._settle(wait, quiet=False)
+
+    def _settle(self, wait: bool, quiet: bool) -> None:
+        if self._put is not None and (wait or self._put[1].done()):
+            (folder, put), self._put = self._put, None
+            if (e := put.exception()) is not None and not (self._said or self._failed):
+                self._failed = (folder, e)
+        if self._failed and not quiet:
+            (folder, e), self._failed, self._said = self._failed, None, True
+            say(
+                f"could not write goodput's ledger {path(folder)} ({type(e).__name__}: {e}); training goes on and "
+                f"the write is retried every {EVERY_S:.0f} s (until one lands, an attempt killed after its last "
+                "save leaves its time since that save out of the goodput)"
+            )

@@ -7,18 +7,15 @@ steps again, and says so.
 """
 
 import json
-import os
 import threading
 import time
 from types import SimpleNamespace
 
 import lightning.pytorch as pl
 import pytest
-import torch
-from torch.utils.data import DataLoader, Dataset
 
 from sagemaker_lightning import LightningCLI, goodput, goodput_file, lines
-from sagemaker_lightning.boot import signals
+from sagemaker_lightning.boot import started
 from sagemaker_lightning.cli.lightning_package import made
 
 pytestmark = pytest.mark.unit
@@ -57,12 +54,12 @@ def test_the_line_gives_trainings_share_then_where_the_rest_went_and_the_metric_
 
 
 def test_an_attempt_starts_with_its_container_or_else_its_process(monkeypatch):
-    assert goodput.started_at({goodput.STARTED_AT: "1000.5"}) == 1000.5  # PID 1's record
-    own = goodput.started_at({})  # this process's start, from /proc
+    assert started.started_at({started.STARTED_AT: "1000.5"}) == 1000.5  # PID 1's record
+    own = started.started_at({})  # this process's start, from /proc
     assert time.time() - 3600 * 24 < own <= time.time()
-    restarted = {goodput.STARTED_AT: "1000.5", "TORCHELASTIC_RESTART_COUNT": "1"}  # torchrun restarted the ranks
-    assert goodput.started_at(restarted) == own
-    assert goodput.started_at({goodput.STARTED_AT: "not a time"}) == own
+    restarted = {started.STARTED_AT: "1000.5", "TORCHELASTIC_RESTART_COUNT": "1"}  # torchrun restarted the ranks
+    assert started.started_at(restarted) == own
+    assert started.started_at({started.STARTED_AT: "not a time"}) == own
 
 
 class Clocks:
@@ -187,6 +184,16 @@ def test_a_killed_attempts_steps_after_its_last_save_are_trained_again_and_said(
     assert [r["step"] for r in ledger] == [6, 8] and ledger[-1]["id"] == second.id
 
 
+def test_attempts_killed_before_any_save_are_the_ledgers_and_their_steps_are_trained_again(tmp_path):
+    """No checkpoint to resume from, but a ledger: the attempts killed before the job's first save (they counted for
+    nothing before)."""
+    first = timeline(steps=(1.0,) * 3, waits=())
+    goodput_file.write(str(tmp_path), first.records())
+    second = goodput.Attempt(goodput.Ledger(), 0.0, wall=lambda: 1.0)
+    second.resumed([], 0, goodput_file.read(str(tmp_path)))
+    assert [r["id"] for r in second.records()] == [first.id, second.id] and second.again_until == 3
+
+
 def test_the_ledgers_write_holds_no_step_and_one_that_fails_is_said_once_and_retried(tmp_path, monkeypatch, capsys):
     """An S3 put of the ledger that hangs holds no step; one that fails (S3's SlowDown) is one line, and the ledger is
     written again at the next chance; each write's thread ends with it."""
@@ -266,83 +273,3 @@ def test_a_failures_line_is_said_whatever_its_goodput_so_far_holds(capsys):
     assert cli.fail(RuntimeError("a crash")) == 1
     errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("ERROR: ")]
     assert len(errors) == 1 and "a crash" in errors[0] and "goodput" not in errors[0], errors
-
-
-class Slow(Dataset):
-    """Each item waits DATA_S: the data wait of a step."""
-
-    def __len__(self):
-        return 16
-
-    def __getitem__(self, i):
-        time.sleep(DATA_S)
-        return torch.ones(1)
-
-
-class Sleepy(pl.LightningModule):
-    """Known sleeps: STEP_S a step, VALIDATION_S a validation batch, SAVE_S a save, SETUP_S at setup; fails at
-    FAIL_AT_STEP when given (a crash after its last save)."""
-
-    def __init__(self, fail_at_step: int = 0):
-        super().__init__()
-        self.w = torch.nn.Parameter(torch.zeros(1))
-        self.fail_at_step = fail_at_step
-
-    def setup(self, stage):
-        time.sleep(SETUP_S)
-
-    def training_step(self, batch, batch_idx):
-        if self.global_step == self.fail_at_step:
-            raise RuntimeError("a crash after the last save")
-        time.sleep(STEP_S)
-        return (self.w * batch).sum()
-
-    def validation_step(self, batch, batch_idx):
-        time.sleep(VALIDATION_S)
-
-    def on_save_checkpoint(self, checkpoint):
-        time.sleep(SAVE_S)
-
-    def train_dataloader(self):
-        return DataLoader(Slow(), batch_size=1)
-
-    def val_dataloader(self):
-        return DataLoader(Slow(), batch_size=1)
-
-    def configure_optimizers(self):
-        return torch.optim.SGD(self.parameters(), lr=0.1)
-
-
-DATA_S, STEP_S, VALIDATION_S, SAVE_S, SETUP_S = 0.02, 0.1, 0.05, 0.2, 0.5
-
-
-def test_a_spot_chain_of_three_interruptions_with_known_sleeps(tmp_path, monkeypatch, capsys):
-    """A job on SageMaker, in this process, interrupted three times after its last save: the first attempt at step 6
-    (last.ckpt at step 4), the second at step 10 (at 8), the third at step 11; the fourth resumes at step 8 and ends at
-    step 12. Each term holds at least its sleeps, and the terms add up to the wall time within 1 % (the issue's
-    target)."""
-    job = {"SM_HOSTS": '["localhost"]', "SM_CURRENT_HOST": "localhost", "SM_NUM_GPUS": "0"}
-    monkeypatch.setattr(os, "environ", {**os.environ, **job, "SM_OUTPUT_DIR": str(tmp_path)})
-    monkeypatch.setattr(signals, "RUN_DIR", str(tmp_path / "run"))
-    monkeypatch.setattr(goodput_file, "EVERY_S", 0.0)  # the ledger at every step
-    args = ["fit", "--trainer.max_steps=12", "--trainer.accelerator=cpu", "--trainer.val_check_interval=4"]
-    args += ["--trainer.limit_val_batches=2", "--trainer.num_sanity_val_steps=0", "--trainer.enable_progress_bar=false"]
-    args += [f"--checkpoint.dirpath={tmp_path / 'ckpts'}", f"--trainer.default_root_dir={tmp_path}"]
-    args += ["--last_checkpoint_every_n_steps=4", "--trainer.precision=32-true", "--trainer.logger=false"]
-    for fail_at in (6, 10, 11):
-        os.environ[goodput.STARTED_AT] = repr(time.time())
-        with pytest.raises(RuntimeError, match="a crash after the last save"):
-            LightningCLI(Sleepy, args=[*args, f"--model.fail_at_step={fail_at}"], save_config_callback=None)
-    os.environ[goodput.STARTED_AT] = repr(started := time.time())
-    cli = LightningCLI(Sleepy, args=args, save_config_callback=None)
-    assert cli.trainer.global_step == 12 and len(cli.goodput.records()) == 4
-    wall, seconds, again = goodput.summed(cli.goodput.records())
-    assert again == 2 + 2 + 3 and seconds["steps trained again"] >= 7 * STEP_S  # 5-6, 9-10, 9-11
-    assert seconds["training"] >= 12 * STEP_S  # each step once
-    assert seconds["start-up"] >= 4 * SETUP_S and seconds["validation"] >= 3 * 2 * VALIDATION_S  # at 4, 8, 12
-    assert seconds["checkpoint stall"] >= 3 * SAVE_S  # step 4, 8 and 12
-    assert seconds["data wait"] >= (6 + 6 + 3 + 4 - 4) * DATA_S  # each step's batch but each attempt's first
-    assert sum(seconds.values()) == pytest.approx(wall, rel=0.01)
-    assert cli.goodput.records()[-1]["wall"] <= time.time() - started + 0.1
-    said = [line for line in capsys.readouterr().out.splitlines() if line.startswith("goodput ")]
-    assert said == [cli.goodput.line()]

@@ -34,7 +34,7 @@ import traceback
 from collections.abc import Mapping
 
 from sagemaker_lightning import failure, goodput, progress
-from sagemaker_lightning.boot import signals
+from sagemaker_lightning.boot import signals, started
 from sagemaker_lightning.checkpoints import concern as checkpoints
 from sagemaker_lightning.cli import arguments, checks, lightning_package, precision, quiet, redact, settings
 from sagemaker_lightning.cli.concern import CallbackOrder, Context, joined, listed
@@ -99,7 +99,7 @@ class LightningCLI:
         self.status = Status()  # what the watchdog shares with the other concerns and with fail()
         self.precision: precision.Choice | None = None  # trainer.precision's, or the machine's (precision.py)
         # this attempt's goodput, from its start: the container's (PID 1's record), else this process's
-        self.goodput = goodput.Attempt(goodput.Ledger(), goodput.started_at(os.environ))
+        self.goodput = goodput.Attempt(goodput.Ledger(), started.started_at(os.environ))
         self._stage = "configure"
         # a failure nobody catches (a script's, a job's) is one line; a caller that catches gets Lightning's exception
         sys.excepthook = functools.partial(self._uncaught, stderr=sys.stderr)
@@ -109,12 +109,15 @@ class LightningCLI:
         here.update(_here())
         self.plan = make_plan(dict(os.environ), _interfaces(), **here)
         if self.plan.in_job:  # a process torchrun starts here inherits the start; off a job the environment stays
-            os.environ.setdefault(goodput.STARTED_AT, repr(self.goodput.start))  # as Lightning's own class leaves it
+            os.environ.setdefault(started.STARTED_AT, repr(self.goodput.start))  # as Lightning's own class leaves it
+        # the subcommand runs in here: its goodput line is said last, after the process group's end (a second)
+        self.goodput.deferred = kwargs.get("run", True)
         try:
             super().__init__(*args, **kwargs)
         except lightning_package.attribute(self.pl, "utilities.exceptions.SIGTERMException") as e:
             raise SystemExit(self.fail(e)) from None  # a stop: its line, and exit code 143
         process.leave_process_group()
+        self.goodput.conclude()
 
     def _uncaught(self, kind, e: BaseException, tb, stderr) -> None:
         """sys.excepthook: the line, then the exit code. torch.distributed's init_process_group wraps the hook in its
