@@ -15,7 +15,7 @@ up to the wall time:
                 loop's own work (an epoch's end)
   validation    each validation, the sanity check's included
   training      the steps, from their start to their end
-  end           from the last step's end to the end of the fit: the export, the MLflow run's end
+  end           from the last step's end to the line: the export, the MLflow run's end, the process group's end
 A job's attempts (a spot restart, torchrun's in-job restart) each add their own record: the checkpoint carries the
 records of the attempts before it (Goodput's state), and the ledger beside the checkpoints (goodput_file.py) the
 records of the newest attempt and those before it, as far as each got: the attempts after the last save, however many

@@ -72,12 +72,16 @@ class Clocks:
         return self.now
 
 
-def timeline(start_up=3.0, restore=1.0, steps=(2.0, 2.0, 2.0), waits=(0.5, 0.5), save=1.5, validation=4.0):
-    """One attempt's hooks on a Goodput callback, with the clocks moved by these many seconds in each part."""
+def timeline(
+    start_up=3.0, restore=1.0, steps=(2.0, 2.0, 2.0), waits=(0.5, 0.5), save=1.5, validation=4.0, deferred=False
+):
+    """One attempt's hooks on a Goodput callback, with the clocks moved by these many seconds in each part; `deferred`:
+    its line said by the hub after the fit."""
     clock = Clocks()
     ledger = goodput.Ledger()
     ledger.clock = clock
     attempt = goodput.Attempt(ledger, clock.now, wall=clock)
+    attempt.deferred = deferred
     callback = made(goodput.Goodput, pl)(attempt)
     callback.clock = clock
     trainer = SimpleNamespace(is_global_zero=True, global_step=0, logger=None)
@@ -154,6 +158,17 @@ def test_what_is_said_after_the_fits_end_is_what_its_line_said(capsys):
     said, figures, record = capsys.readouterr().out.strip(), attempt.figures(), attempt.record()
     attempt.wall.now += 5.0  # the time between the line and a later reading
     assert attempt.line() == said and attempt.figures() == figures and attempt.record() == record
+
+
+def test_the_hubs_line_is_said_last_and_its_end_holds_what_follows_the_fit(capsys):
+    """The hub runs the fit, then ends the process group (a second's wait): the line comes after, and counts it."""
+    attempt = timeline(deferred=True)
+    assert capsys.readouterr().out == ""  # not at the fit's end
+    attempt.wall.now += 1.0
+    attempt.conclude()
+    wall, seconds, _ = goodput.summed(attempt.records())
+    assert capsys.readouterr().out.strip() == attempt.line() and seconds["end"] == 1.25
+    assert sum(seconds.values()) == pytest.approx(wall)
 
 
 def test_a_killed_attempts_steps_after_its_last_save_are_trained_again_and_said(tmp_path):
