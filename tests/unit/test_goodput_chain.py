@@ -69,10 +69,10 @@ class Sleepy(pl.LightningModule):
         return torch.optim.SGD(self.parameters(), lr=0.1)
 
 
-DATA_S, STEP_S, VALIDATION_S, SAVE_S, SETUP_S = 0.02, 0.1, 0.05, 0.2, 0.5
+DATA_S, STEP_S, VALIDATION_S, SAVE_S, SETUP_S = 0.01, 0.05, 0.02, 0.1, 0.2
 
 
-def test_a_spot_chain_of_three_interruptions_with_known_sleeps(tmp_path, monkeypatch, capsys):
+def test_a_spot_chain_of_four_interruptions_with_known_sleeps(tmp_path, monkeypatch, capsys):
     """A job on SageMaker, in this process, interrupted four times: after its last save, the first attempt at step 6
     (last.ckpt at step 4), the second at step 10 (at 8); the third killed in its restore (a kill runs no hook: it had
     left no record); the fourth at step 11; the fifth resumes at step 8 and ends at step 12. Each term holds at least its sleeps, and the terms add up to the wall time within 1 % (the issue's

@@ -90,6 +90,7 @@ def test_the_schedule_steps_per_optimizer_step_over_the_runs_length(archive_dir,
     argv = ["--data.data_dir", archive_dir, "--data.val_split", "0", "--data.batch_size", "16"]
     argv += ["--trainer.max_epochs", "2", "--trainer.limit_train_batches", "3", "--trainer.limit_val_batches", "1"]
     argv += ["--trainer.accelerator", "cpu", "--trainer.precision", "32-true", "--trainer.enable_progress_bar", "false"]
+    argv += ["--model.arch", "mobilenet_v3_small"]  # the schedule is the point, not the network: a small one
     argv += ["--logger.save_dir", str(tmp_path), "--checkpoint.dirpath", str(tmp_path / "ckpt")]
     cli = train.main(argv, run=False)
     cli.trainer.callbacks.append(Rates())

@@ -5,6 +5,7 @@ the flight recorder, a busy rank, the first line written, the stuck rank's own e
     .venv/bin/pytest tests/unit/health/test_watchdog_judgement.py
 """
 
+import gc
 import threading
 from types import SimpleNamespace
 
@@ -82,7 +83,10 @@ def started(monkeypatch) -> Job:
 
 @pytest.fixture
 def job(monkeypatch):
-    return started(monkeypatch)
+    yield started(monkeypatch)
+    # the test's stores and clients freed now, not by a later collection inside the next test's TCPStore: that took
+    # 5 s of a setup, twice a run (2 AMD EPYC cores, torch 2.14.1); this file 5.5 s before, 1.7 s after
+    gc.collect()
 
 
 def steps(wd, *numbers: int) -> None:
