@@ -164,15 +164,15 @@ class Attempt:
             self.ended = now
             say(self.line())
 
-    def so_far(self) -> str | None:
-        """A failure line's end (cli/hub.py, the watchdog's): the goodput so far, once this attempt trained; None
-        before, or where it cannot be said. It never raises: it is said while the job fails."""
+    def so_far(self, line: str) -> str:
+        """A failure's `line` (cli/hub.py's, the watchdog's), ending with the goodput so far once this attempt trained.
+        It never raises: it is said while the job fails."""
         if not self.training:
-            return None
+            return line
         try:
-            return self.line().replace("goodput", "goodput so far", 1)
+            return f"{line}; {self.line().replace('goodput', 'goodput so far', 1)}"
         except Exception:  # a figure no check foresaw must not take the failure's own line with it
-            return None
+            return line
 
 
 class Goodput:

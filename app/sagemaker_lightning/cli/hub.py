@@ -144,9 +144,7 @@ class LightningCLI:
         )
         if show_traceback:
             traceback.print_exception(type(e), e, tb or e.__traceback__)
-        if said := self.goodput.so_far():  # where the time went until the failure
-            line = f"{line}; {said}"
-        failure.report(line, env=os.environ if file else {})
+        failure.report(self.goodput.so_far(line), env=os.environ if file else {})  # where the time went until it
         return code
 
     def _setting(self, key: str):

@@ -266,8 +266,8 @@ class Watchdog:
                 with open(os.path.join(folder, f"rank_{self.rank}"), "wb") as f:
                     # no stacks: symbolizing them takes the GIL, which a stuck main thread may hold (pytorch#167023)
                     f.write(c10d._dump_fr_trace(True, False, False))
-        if self.goodput is not None and (so_far := self.goodput.so_far()):  # where the time went, as any failure says
-            said = f"{said}; {so_far}"
+        if self.goodput is not None:  # where the time went, as any failure says
+            said = self.goodput.so_far(said)
         failure.report(said)
         sys.stdout.flush()
         me, read = str(self.rank), json.dumps(self._record({}, self.wall(), ended=True))
