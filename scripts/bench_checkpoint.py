@@ -8,8 +8,8 @@ and Adam's moments, about 25M parameters: last.ckpt about 300 MB by default),
   sharded   fsdp's sharded save through DCP on 2 gloo ranks: dcp.save against dcp.async_save (thread, process) and
             the runtime's own (sharded_writer), their stall against the snapshot
   copies    the same state under a second name: written again, or a hard link; uploaded again, or a server-side copy
-  cadence   last.ckpt every 3.7 s of training through the runtime's CheckpointIO, locally and to S3: each save's stall
-            with a GPU's steps (the host thread waits) and a CPU's (the cores shared with the write)
+  cadence   last.ckpt every 3.7 s of a GPU's training (the host thread waits, the cores are free) through the runtime's
+            CheckpointIO, locally and to S3: each save's stall, the write's time
 Each figure is the fastest/median of --repeat runs, after one warm-up but for S3's transfers; the last line is
 machine-readable. The checkpoint_bench/ modules measure, one concern each. A full run took 9 minutes on a shared
 2-core machine, 4.5 of them in S3's section (moto serves on the same cores); --only picks sections.
@@ -156,31 +156,27 @@ def copies_section(tree, work: str, where, repeat: int) -> None:
     print(f"\ncopies: the same state under a second name\n{report.table(['way', 's'], rows)}")
 
 
-def cadence_section(tree, device: str, work: str, where, snapshot_s: float, repeat: int) -> dict[str, float]:
-    """The same saves locally and to S3 (moto or --s3-url) with each training loop, against its steps alone."""
-    from checkpoint_bench import cadence, state
+def cadence_section(tree, work: str, where, snapshot_s: float, repeat: int) -> dict[str, float]:
+    """The same saves locally and to S3 (moto or --s3-url) with a GPU's steps, against the steps alone."""
+    from checkpoint_bench import cadence
 
-    count, places = max(repeat, cadence.SAVES), {"local": os.path.join(work, "cadence", "last.ckpt")}
-    places["S3"] = where.url("last.ckpt")
-    rows, summary, said, loops = [], {}, [], []
-    for loop, trainer in (("device", cadence.DeviceBound()), ("compute", state.Trainer(device, "compute"))):
-        every = cadence.every_steps(trainer, cadence.INTERVAL_S)
-        alone_s = cadence.alone(trainer, every * count)
-        loops.append(f"{loop}-bound every {every} steps ({alone_s / count:.2f} s alone)")
-        for name, url in places.items():
-            run = cadence.saves(tree, trainer, url, every, count)
-            stall = report.spread(run["stall_s"])[1]
-            rows.append([f"{name}, {loop}-bound steps", report.seconds(run["stall_s"]), report.ratio(stall, snapshot_s),
-                         f"{max(run['stall_s']):.3f}", report.seconds(run["write_s"]),
-                         f"{(run['loop_s'] - alone_s) / count:.3f}"])  # fmt: skip
-            summary[f"cadence_{name.lower()}_{loop}_stall_s"] = stall
-            said += [f"{name}, {loop}-bound: {line}" for line in run["said"]]
+    trainer, count, every = cadence.DeviceBound(), max(repeat, cadence.SAVES), cadence.EVERY
+    alone_s = cadence.alone(trainer, every * count)
+    places = {"local": os.path.join(work, "cadence", "last.ckpt"), "S3": where.url("last.ckpt")}
+    rows, summary, said = [], {}, []
+    for name, url in places.items():
+        run = cadence.saves(tree, trainer, url, every, count)
+        stall = report.spread(run["stall_s"])[1]
+        rows.append([name, report.seconds(run["stall_s"]), report.ratio(stall, snapshot_s), f"{max(run['stall_s']):.3f}",
+                     report.seconds(run["write_s"]), f"{(run['loop_s'] - alone_s) / count:.3f}"])  # fmt: skip
+        summary[f"cadence_{name.lower()}_stall_s"] = stall
+        said += [f"{name}: {line}" for line in run["said"]]
     header = ["last.ckpt at a cadence", "stall s", "/snapshot", "most s", "write s", "lost s"]
-    print(f"\ncadence: last.ckpt {' and '.join(loops)}, {count} saves after an untimed one: the training thread's "
-          f"stall per save (its wait), the write's time, and the loop's time per save beyond its steps without saves "
-          f"(lost: the stall, plus the cores the write{' and moto' if where.endpoint else ''} took from the "
-          f"steps)\n{report.table(header, rows)}")  # fmt: skip
-    print("\n".join(f"said: {line}" for line in said))
+    print(f"\ncadence: last.ckpt every {every} steps of a GPU's training ({alone_s / count:.2f} s alone), {count} saves "
+          f"after an untimed one: the training thread's stall per save (its wait), the write's time, and the loop's "
+          f"time per save beyond its steps without saves (lost)\n{report.table(header, rows)}")  # fmt: skip
+    if said:
+        print("\n".join(f"said: {line}" for line in said))
     return summary
 
 
@@ -250,7 +246,7 @@ def run(args) -> dict[str, float]:
                 if "copies" in args.only:
                     copies_section(tree, work, where, args.repeat)
                 if "cadence" in args.only:
-                    summary |= cadence_section(tree, device, work, where, summary["snapshot_s"], args.repeat)
+                    summary |= cadence_section(tree, work, where, summary["snapshot_s"], args.repeat)
         if "sharded" in args.only:
             del tree  # the ranks build their own
             summary |= sharded_section(args.params, device, work, args.repeat)

@@ -1,10 +1,9 @@
 """last.ckpt saved at a job's cadence through the runtime's CheckpointIO (checkpoints/writer.py), to a local folder
-and to S3, with a training loop between the saves: what each save holds the training thread for (its stall: the
-snapshot, and the wait for the write before it while that one is still going), the writes' time, and the loop's time
-against the same steps without saves. Two loops: a GPU's, whose host thread waits for the device (`DeviceBound`: the
-cores are the writer's, the steps keep their pace, and a write slower than the interval shows as the next save's
-wait), and a CPU's (state.Trainer's compute-bound steps: the write, and moto here, take cores from the steps, which
-then come slower).
+and to S3, with a GPU's training loop between the saves (`DeviceBound`: the host thread waits for the device, the
+cores are the writer's, the steps keep their pace): what each save holds the training thread for (its stall: the
+snapshot, and the wait for the write before it while that one is still going: a write slower than the interval shows
+there), the writes' time, and the loop's time against the same steps without saves. A CPU's steps compete with the
+write for the cores, and their interval then stretches with the load (the local section shows that contention).
 
 The issue's case (issue 58): last.ckpt every 25 steps, about 3.7 s apart; locally a save stalled 0.05 s, to S3 2.55 s.
 
@@ -20,25 +19,16 @@ import lightning.pytorch
 from sagemaker_lightning.checkpoints.io import AtomicCheckpointIO
 from sagemaker_lightning.cli.lightning_package import made
 
-INTERVAL_S = 3.7  # between two saves: the issue's 25 steps
+EVERY = 25  # steps between two saves: the issue's
+STEP_S = 3.7 / EVERY  # a step's seconds: the issue's 25 steps in 3.7 s
 SAVES = 5  # timed saves per place, after an untimed first (the buffers' first fill, the client's connections)
 
 
 class DeviceBound:
     """A GPU's training as its host thread sees it: each step waits for the device (a sleep), the cores left free."""
 
-    STEP_S = INTERVAL_S / 25  # the issue's: 25 steps in 3.7 s
-
     def step(self) -> None:
-        time.sleep(self.STEP_S)
-
-    def mean_s(self, steps: int) -> float:
-        return alone(self, steps) / steps
-
-
-def every_steps(trainer, interval_s: float) -> int:
-    """The steps of `trainer` that take about `interval_s` here now."""
-    return max(1, round(interval_s / trainer.mean_s(20)))
+        time.sleep(STEP_S)
 
 
 def saves(tree, trainer, url: str, every: int, count: int) -> dict:
