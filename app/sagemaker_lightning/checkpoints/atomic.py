@@ -85,6 +85,10 @@ def keep_previous(path: str) -> None:
         unlinked(source, os.path.dirname(source))  # os.link would link what a link names
         with replacing(target) as partial:
             os.link(source, partial)
+    elif path.startswith("s3://"):
+        from sagemaker_lightning.checkpoints import s3_transfer  # torch: not for this module's other callers
+
+        s3_transfer.copy(path, f"s3://{target}")
     else:
         fs.copy(source, target)
 
