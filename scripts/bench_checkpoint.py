@@ -12,7 +12,8 @@ and Adam's moments, about 25M parameters: last.ckpt about 300 MB by default),
             CheckpointIO, locally and to S3: each save's stall, the write's time
 Each figure is the fastest/median of --repeat runs, after one warm-up but for S3's transfers; the last line is
 machine-readable. The checkpoint_bench/ modules measure, one concern each. A full run took 9 minutes on a shared
-2-core machine, 4.5 of them in S3's section (moto serves on the same cores); --only picks sections.
+2-core machine, 4.5 of them in S3's section (moto serves on the same cores), the cadence section 75 s more; --only
+picks sections.
 
     .venv/bin/python scripts/bench_checkpoint.py                       # the issue's case, all sections
     .venv/bin/python scripts/bench_checkpoint.py --quick               # a tiny state, one run: seconds
