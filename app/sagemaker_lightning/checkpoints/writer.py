@@ -137,6 +137,9 @@ def duplicate(source: str, path: str) -> None:
     """`path` as a second name of the complete file `source`: a hard link, or a server-side copy in a store."""
     if named_last(path):
         keep_previous(path)
+    if path.startswith("s3://"):
+        s3_transfer.copy(source, path)
+        return
     if remote(path):
         fs, target = fsspec.core.url_to_fs(path)
         fs.copy(fsspec.core.url_to_fs(source)[1], target)
