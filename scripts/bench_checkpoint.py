@@ -8,9 +8,12 @@ and Adam's moments, about 25M parameters: last.ckpt about 300 MB by default),
   sharded   fsdp's sharded save through DCP on 2 gloo ranks: dcp.save against dcp.async_save (thread, process) and
             the runtime's own (sharded_writer), their stall against the snapshot
   copies    the same state under a second name: written again, or a hard link; uploaded again, or a server-side copy
+  cadence   last.ckpt every 3.7 s of a GPU's training (the host thread waits, the cores are free) through the runtime's
+            CheckpointIO, locally and to S3: each save's stall, the write's time
 Each figure is the fastest/median of --repeat runs, after one warm-up but for S3's transfers; the last line is
 machine-readable. The checkpoint_bench/ modules measure, one concern each. A full run took 9 minutes on a shared
-2-core machine, 4.5 of them in S3's section (moto serves on the same cores); --only picks sections.
+2-core machine, 4.5 of them in S3's section (moto serves on the same cores), the cadence section 75 s more; --only
+picks sections.
 
     .venv/bin/python scripts/bench_checkpoint.py                       # the issue's case, all sections
     .venv/bin/python scripts/bench_checkpoint.py --quick               # a tiny state, one run: seconds
@@ -30,7 +33,7 @@ import time
 import machine
 from checkpoint_bench import report
 
-SECTIONS = ("snapshot", "local", "s3", "sharded", "copies")
+SECTIONS = ("snapshot", "local", "s3", "sharded", "copies", "cadence")
 PACKAGES = ("torch", "lightning", "s3fs", "boto3", "s3torchconnector", "moto")
 QUICK_PARAMS = 2e5  # --quick: a 2.4 MB state, one run of each
 
@@ -154,6 +157,30 @@ def copies_section(tree, work: str, where, repeat: int) -> None:
     print(f"\ncopies: the same state under a second name\n{report.table(['way', 's'], rows)}")
 
 
+def cadence_section(tree, work: str, where, snapshot_s: float, repeat: int) -> dict[str, float]:
+    """The same saves locally and to S3 (moto or --s3-url) with a GPU's steps, against the steps alone."""
+    from checkpoint_bench import cadence
+
+    trainer, count, every = cadence.DeviceBound(), max(repeat, cadence.SAVES), cadence.EVERY
+    alone_s = cadence.alone(trainer, every * count)
+    places = {"local": os.path.join(work, "cadence", "last.ckpt"), "S3": where.url("last.ckpt")}
+    rows, summary, said = [], {}, []
+    for name, url in places.items():
+        run = cadence.saves(tree, trainer, url, every, count)
+        stall = report.spread(run["stall_s"])[1]
+        rows.append([name, report.seconds(run["stall_s"]), report.ratio(stall, snapshot_s), f"{max(run['stall_s']):.3f}",
+                     report.seconds(run["write_s"]), f"{(run['loop_s'] - alone_s) / count:.3f}"])  # fmt: skip
+        summary[f"cadence_{name.lower()}_stall_s"] = stall
+        said += [f"{name}: {line}" for line in run["said"]]
+    header = ["last.ckpt at a cadence", "stall s", "/snapshot", "most s", "write s", "lost s"]
+    print(f"\ncadence: last.ckpt every {every} steps of a GPU's training ({alone_s / count:.2f} s alone), {count} saves "
+          f"after an untimed one: the training thread's stall per save (its wait), the write's time, and the loop's "
+          f"time per save beyond its steps without saves (lost)\n{report.table(header, rows)}")  # fmt: skip
+    if said:
+        print("\n".join(f"said: {line}" for line in said))
+    return summary
+
+
 def sharded_section(params: float, device: str, work: str, repeat: int) -> dict[str, float]:
     """Each run's figure is its slowest rank's (a step waits for every rank)."""
     from checkpoint_bench import sharded
@@ -213,12 +240,14 @@ def run(args) -> dict[str, float]:
             print(f"\nsnapshot: the copy to host memory\n{report.table(['way', 's', 'MB/s'], rows)}")
         if "local" in args.only:
             summary |= local_section(tree, device, work, args, summary["snapshot_s"])
-        if {"s3", "copies"} & set(args.only):
+        if {"s3", "copies", "cadence"} & set(args.only):
             with s3.bucket(args.s3_url) if args.s3_url else s3.moto_server() as where:
                 if "s3" in args.only:
                     summary |= s3_section(tree, file, where, args.repeat)
                 if "copies" in args.only:
                     copies_section(tree, work, where, args.repeat)
+                if "cadence" in args.only:
+                    summary |= cadence_section(tree, work, where, summary["snapshot_s"], args.repeat)
         if "sharded" in args.only:
             del tree  # the ranks build their own
             summary |= sharded_section(args.params, device, work, args.repeat)

@@ -6,6 +6,7 @@ other; tests/toolkit checks them against the lines of real runs. No torch: PID 1
     python -c "from sagemaker_lightning import lines; print(lines.progress(0, 5, 100, 0.5, 12.5, '0:00:19', ''))"
 """
 
+import math
 import re
 import sys
 
@@ -77,6 +78,19 @@ def say(line: str) -> None:
 def saved(epoch: int, step: int) -> str:
     """The line of a last.ckpt that is complete (said once its file is there: checkpoints/writer.py)."""
     return f"saved last.ckpt at epoch {epoch} step {step}"
+
+
+def behind(path: str, write_s: float, interval_s: float, waited_s: float, steps: int | None, setting: str) -> str:
+    """The line said once when a save waits for the write before it (checkpoints/writer.py): saves asked for more often
+    than they are written; the interval suggested leaves the write a fifth more than this one's time, room for a
+    slower one."""
+    apart = f"{interval_s:.1f} s ({steps} steps)" if steps else f"{interval_s:.1f} s"
+    fix = f"{setting}={math.ceil(steps * write_s / interval_s * 1.2)} or more" if steps else setting
+    return (
+        f"checkpoints are asked for faster than they are written: writing {path} took {write_s:.1f} s, and saves "
+        f"come {apart} apart, so this one waited {waited_s:.1f} s for it (the training's checkpoint stall in goodput; "
+        f"each save that follows waits as long); save less often: {fix}"
+    )
 
 
 def progress(

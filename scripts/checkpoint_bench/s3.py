@@ -102,7 +102,8 @@ def bucket(url: str):
             s3.delete_object(Bucket=where.bucket, Key=where.key(name))
 
 
-NAMES = ("last.ckpt", "raw.ckpt", "fileobj.ckpt", "epoch=0-step=5.ckpt")  # every object the ways write
+# every object the ways write
+NAMES = ("last.ckpt", "last-previous.ckpt", "raw.ckpt", "fileobj.ckpt", "runtime.ckpt", "epoch=0-step=5.ckpt")
 
 
 def client():

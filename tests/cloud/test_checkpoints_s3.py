@@ -44,6 +44,60 @@ def test_s3_saves_go_in_parts_keep_the_previous_one_and_write_each_state_once(aw
     assert previous["global_step"] == 3 and torch.equal(previous["state_dict"]["w"], torch.zeros_like(weight))
 
 
+def test_last_ckpts_previous_object_is_copied_while_the_new_one_is_sent_and_before_it_appears(aws, monkeypatch):
+    """The copy that keeps the previous object runs beside the upload, not ahead of it (a save asked meanwhile waited
+    for both), and the new object appears only once it is done: it copies the old one. Here the copy goes on only once
+    every part is sent, so the completion must wait for it; ahead of the upload, it would wait for parts in vain."""
+    s3 = boto3.client("s3")
+    s3.create_bucket(Bucket="checkpoints")
+    url, weight = "s3://checkpoints/job/last.ckpt", torch.zeros(5 * s3_transfer.PART_BYTES // 8)  # three parts
+    background.persist({"global_step": 3, "state_dict": {"w": weight}}, url)
+    happened, sent, keep = [], threading.Event(), background.keep_previous
+
+    def part(**kwargs):
+        happened.append("part sent")
+        if happened.count("part sent") == 3:
+            sent.set()
+
+    def completed(**kwargs):
+        happened.append("completed")
+
+    def copy_once_the_parts_are_sent(path):
+        happened.append("copy asked")
+        sent.wait(10)
+        keep(path)
+        happened.append("copy done")
+
+    events = s3_transfer.s3_client().meta.events
+    events.register("after-call.s3.UploadPart", part)
+    events.register("before-call.s3.CompleteMultipartUpload", completed)
+    monkeypatch.setattr(background, "keep_previous", copy_once_the_parts_are_sent)
+    try:
+        background.persist({"global_step": 4, "state_dict": {"w": weight + 1}}, url)
+    finally:
+        events.unregister("after-call.s3.UploadPart", part)
+        events.unregister("before-call.s3.CompleteMultipartUpload", completed)
+    assert happened.count("part sent") == 3 and happened[-2:] == ["copy done", "completed"]
+    assert read("s3://checkpoints/job/last-previous.ckpt")["global_step"] == 3
+    assert read(url)["global_step"] == 4
+
+
+def test_a_failed_copy_of_the_previous_object_aborts_the_upload_and_last_ckpt_stays(aws, monkeypatch):
+    s3 = boto3.client("s3")
+    s3.create_bucket(Bucket="checkpoints")
+    url, weight = "s3://checkpoints/job/last.ckpt", torch.zeros(3 * s3_transfer.PART_BYTES // 8)
+    background.persist({"global_step": 3, "state_dict": {"w": weight}}, url)
+
+    def denied(path):
+        raise PermissionError("Access Denied")
+
+    monkeypatch.setattr(background, "keep_previous", denied)
+    with pytest.raises(PermissionError, match="Access Denied"):
+        background.persist({"global_step": 4, "state_dict": {"w": weight}}, url)
+    assert not s3.list_multipart_uploads(Bucket="checkpoints").get("Uploads")  # aborted, no parts left behind
+    assert read(url)["global_step"] == 3
+
+
 class Unpicklable:
     def __reduce__(self):
         raise RuntimeError("cannot pickle this")
@@ -88,7 +142,7 @@ def test_an_s3_save_whose_upload_fails_ends_its_serialising_too(aws):
             {"w": torch.zeros(3 * s3_transfer.PART_BYTES // 4)}, "s3://no-bucket/job/epoch=0-step=3.ckpt"
         )
     assert pipes() == before
-    assert not [t for t in threading.enumerate() if t.name.startswith("checkpoint-serialiser")]
+    assert not [t for t in threading.enumerate() if t.name.startswith("checkpoint-upload")]
 
 
 def test_s3_reads_fetch_ranged_parts_at_once_and_a_missing_object_is_not_found(aws):

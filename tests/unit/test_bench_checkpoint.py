@@ -1,5 +1,6 @@
 """The checkpoint benchmark's pure parts (the state's size, the figures as text), that a background save writes the
-state as it was when the save was asked for, and a smoke run of its snapshot section."""
+state as it was when the save was asked for, saves at a cadence timed each with its own write, and a smoke run of its
+snapshot section."""
 
 import math
 import re
@@ -8,7 +9,7 @@ import pytest
 import torch
 
 import bench_checkpoint
-from checkpoint_bench import local, report, s3, state
+from checkpoint_bench import cadence, local, report, s3, state
 
 pytestmark = pytest.mark.unit
 
@@ -103,6 +104,13 @@ def test_the_writer_thread_writes_the_file_whole(tmp_path):
     assert figures["steps"] >= 1 and figures["write_s"] > 0
     saved = torch.load(path, weights_only=True)
     assert all(torch.equal(saved["state_dict"][k], v) for k, v in tree["state_dict"].items())
+
+
+def test_saves_at_a_cadence_time_each_save_and_its_own_write(tmp_path):
+    tree = state.checkpoint(state.model(2e4))
+    run = cadence.saves(tree, state.Trainer(), str(tmp_path / "last.ckpt"), every=2, count=2)
+    assert len(run["stall_s"]) == len(run["write_s"]) == 2 and all(s > 0 for s in run["write_s"]) and run["loop_s"] > 0
+    assert run["said"] == [] and torch.load(tmp_path / "last.ckpt", weights_only=True)["global_step"] == 5
 
 
 def test_quick_snapshot_run_prints_hardware_versions_a_table_and_the_summary(capsys):

@@ -75,7 +75,8 @@ def keep_previous(path: str) -> None:
     """last.ckpt's file (at `path`, a path or an fsspec URL) also as PREVIOUS, replacing the one before, before a new
     last.ckpt replaces it: while the new one is written, and until SageMaker's background upload of it is done, a
     complete copy of the progress stays beside it (a hard link here, a server-side copy in S3), from which the job
-    resumes when last.ckpt does not load."""
+    resumes when last.ckpt does not load. In S3 the copy runs while the new object is uploaded, which appears only
+    once the copy is done (s3_transfer.upload): a save does not wait for the two in a row."""
     fs, source = fsspec.core.url_to_fs(path)
     target = f"{source.rsplit('/', 1)[0]}/{PREVIOUS}"
     if not fs.exists(source):
@@ -84,6 +85,10 @@ def keep_previous(path: str) -> None:
         unlinked(source, os.path.dirname(source))  # os.link would link what a link names
         with replacing(target) as partial:
             os.link(source, partial)
+    elif path.startswith("s3://"):
+        from sagemaker_lightning.checkpoints import s3_transfer  # torch: not for this module's other callers
+
+        s3_transfer.copy(path, f"s3://{target}")
     else:
         fs.copy(source, target)
 

@@ -12,6 +12,7 @@ run under the upload.
 """
 
 import concurrent.futures
+import contextlib
 import functools
 import io
 import os
@@ -35,18 +36,44 @@ def located(url: str) -> tuple[str, str]:
     return bucket, key
 
 
-def upload(snapshot: dict, url: str) -> None:
+def upload(snapshot: dict, url: str, beside=None) -> None:
     """The snapshot as the object at `url`, serialised while it is sent: torch.save writes into a pipe in a second
     thread (it needs only write and flush of its file), boto3's managed multipart upload reads the other end and sends
     parts concurrently. The object appears when the upload completes; a torch.save that fails raises in the reader,
-    and boto3 aborts the upload."""
+    and boto3 aborts the upload. `beside()` (last.ckpt's previous object kept: writer.persist) runs in a third thread
+    while the parts go, and the upload completes only once it is done (`held`): it sees the object as it was before,
+    and adds to the write's time only what outlasts the upload; its failure aborts the upload."""
     read_end, write_end = os.pipe()
-    serialising = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="checkpoint-serialiser")
+    threads = concurrent.futures.ThreadPoolExecutor(2, thread_name_prefix="checkpoint-upload")
     # left in this order: the read end closed (a torch.save blocked on a failed upload's full pipe then fails with
-    # BrokenPipeError), the serialising thread joined, the write end closed (done already unless torch.save never ran)
-    with open(write_end, "wb") as sink, serialising, open(read_end, "rb") as f:
-        serialised = serialising.submit(serialise, snapshot, sink)
-        s3_client().upload_fileobj(Serialised(f, serialised), *located(url), Config=config())
+    # BrokenPipeError), the threads joined, the write end closed (done already unless torch.save never ran)
+    with open(write_end, "wb") as sink, threads, open(read_end, "rb") as f:
+        serialised = threads.submit(serialise, snapshot, sink)
+        with held(url, threads.submit(beside or (lambda: None))):
+            s3_client().upload_fileobj(Serialised(f, serialised), *located(url), Config=config())
+
+
+@contextlib.contextmanager
+def held(url: str, before: concurrent.futures.Future):
+    """Inside, the request that makes the object at `url` appear (a multipart upload's completion, a small object's
+    one PutObject) is sent only once `before` is done; its failure is raised there instead (boto3 then aborts the
+    upload). A hook on the process's client, for this key only: botocore's before-parameter-build event, whose params
+    are the call's (before-call's are the request's)."""
+    bucket, key = located(url)
+
+    def wait(params, **kwargs):
+        if params.get("Bucket") == bucket and params.get("Key") == key:
+            before.result()
+
+    events = s3_client().meta.events
+    names = [f"before-parameter-build.s3.{operation}" for operation in ("CompleteMultipartUpload", "PutObject")]
+    for name in names:
+        events.register(name, wait)
+    try:
+        yield
+    finally:
+        for name in names:
+            events.unregister(name, wait)
 
 
 def serialise(snapshot: dict, sink) -> None:
@@ -66,6 +93,18 @@ class Serialised:
         if size < 0 or len(data) < size:  # the end (a pipe's buffered read is short only there)
             self.serialised.result()
         return data
+
+
+def copy(source: str, target: str) -> None:
+    """The object at s3:// `source` also at `target`, copied by S3 itself: one CopyObject up to 5 GB (S3's limit for
+    it), a managed multipart copy beyond. Measured on moto 5.2.5 (302 MB, 2 AMD EPYC cores, nothing else running):
+    1.45 s, 0.83 s in keep_previous, against 3.2-3.7 s through s3fs's copy (a CopyObject too, the difference not
+    traced)."""
+    from boto3.s3.transfer import TransferConfig
+
+    bucket, key = located(source)
+    whole = TransferConfig(multipart_threshold=5 * 2**30, multipart_chunksize=PART_BYTES, max_concurrency=PARTS_AT_ONCE)
+    s3_client().copy({"Bucket": bucket, "Key": key}, *located(target), Config=whole)
 
 
 def download(url: str) -> io.BytesIO:

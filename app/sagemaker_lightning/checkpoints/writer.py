@@ -3,14 +3,16 @@
 A save (`Writer.save`) copies the checkpoint's tensors into host buffers kept from one save to the next (pinned, from
 a GPU), the rest of the checkpoint deep-copied, and returns; one writer thread writes that snapshot: locally
 torch.save to the hidden partial name, last.ckpt's previous file kept, then the rename (atomic.py), so that at every
-moment a complete last.ckpt or last-previous.ckpt exists; to S3 (s3://) the previous object kept by a server-side
-copy, then torch.save into a pipe that boto3's managed multipart upload reads as it is written (s3_transfer.upload:
-the object appears whole when its upload ends, and not at all when torch.save fails).
+moment a complete last.ckpt or last-previous.ckpt exists; to S3 (s3://) torch.save into a pipe that boto3's managed
+multipart upload reads as it is written, the previous object kept by a server-side copy beside it (s3_transfer.upload:
+the object appears whole when its upload ends, once that copy of the old one is done, and not at all when torch.save
+or the copy fails).
 
 At most one save is in flight: a save asked for while one is written waits for it (its buffers are the snapshot
-being written), never skipped; goodput counts the wait as checkpoint stall. A save of the state just saved (the same
-step, loops, callbacks and tensors: last.ckpt after the best checkpoint at an epoch's end) is a hard link, or a
-server-side copy, of that file: each state written once. A removal (ModelCheckpoint's top-k) waits its turn behind
+being written), never skipped; goodput counts the wait as checkpoint stall, and the first such wait says once, in a
+line with the figures, that saves come faster than they are written and what to set instead. A save of the state
+just saved (the same step, loops, callbacks and tensors: last.ckpt after the best checkpoint at an epoch's end) is a
+hard link, or a server-side copy, of that file: each state written once. A removal (ModelCheckpoint's top-k) waits its turn behind
 the writes. A write that fails is one line in the training thread, at the next save or wait (a full disk, S3 denied).
 After a fit (`close`, its teardown) the thread is gone and a save is written before it returns, a failure raised as
 itself: Lightning's contract for trainer.save_checkpoint.
@@ -24,6 +26,7 @@ replaced 0.33-0.62 s. S3's figures: s3_transfer.py.
 
 import concurrent.futures
 import copy
+import functools
 import io
 import os
 import pickle
@@ -119,11 +122,11 @@ def persist(snapshot: dict, path: str) -> None:
             if named_last(path):
                 keep_previous(path)
         return
+    if path.startswith("s3://"):  # the previous object kept while the new one is sent, before it appears
+        s3_transfer.upload(snapshot, path, beside=functools.partial(keep_previous, path) if named_last(path) else None)
+        return
     if named_last(path):
         keep_previous(path)  # before the new object replaces it (an upload's object appears only at its end)
-    if path.startswith("s3://"):
-        s3_transfer.upload(snapshot, path)
-        return
     data = io.BytesIO()  # any other store: one put
     torch.save(snapshot, data)
     fs, where = fsspec.core.url_to_fs(path)
@@ -134,6 +137,9 @@ def duplicate(source: str, path: str) -> None:
     """`path` as a second name of the complete file `source`: a hard link, or a server-side copy in a store."""
     if named_last(path):
         keep_previous(path)
+    if path.startswith("s3://"):
+        s3_transfer.copy(source, path)
+        return
     if remote(path):
         fs, target = fsspec.core.url_to_fs(path)
         fs.copy(fsspec.core.url_to_fs(source)[1], target)
@@ -160,6 +166,8 @@ class Writer:
         self._jobs: list[tuple[str, concurrent.futures.Future]] = []  # (what, its future), not yet checked
         self._last = None  # (path, skeleton) of the last state written, while its file is there
         self.write_s = None  # the last write's time, from its snapshot to its complete file
+        self._asked = None  # (clock, global_step) when the write in self._writing was asked for
+        self._behind_said = False  # that saves come faster than they are written: said once
         self._failed = False  # a job failed: the ones after it are skipped (no delete of a best whose successor failed)
         # lines of saves written, said by the training thread: a line written from this thread could land between the
         # text and the newline of a project's print() (a CI run lost a step line so)
@@ -210,11 +218,18 @@ class Writer:
             if self._last[0] != path:  # else that file holds it already
                 self.queue(f"linking {path}", duplicate, self._last[0], path, said=said)
             return
+        asked, behind = time.monotonic(), self._writing is not None and not self._writing.done()
         self._check(self._writing)
         started = time.monotonic()
+        if behind and not self._behind_said:  # each later save would say the same
+            self._behind_said = True
+            steps = checkpoint.get("global_step"), self._asked[1]
+            setting = "last_checkpoint_every_n_steps" if named_last(path) else "checkpoint.every_n_train_steps"
+            gap = steps[0] - steps[1] if all(isinstance(s, int) for s in steps) else None
+            say(lines.behind(path, self.write_s, asked - self._asked[0], started - asked, gap, setting))
         snapshot = self._snapshot.take(checkpoint)
         self._writing = self.queue(f"writing {path}", self._timed, started, snapshot, path, said=said)
-        self._last = (path, shape)
+        self._last, self._asked = (path, shape), (asked, checkpoint.get("global_step"))
 
     def _timed(self, started: float, snapshot: dict, path: str) -> None:
         persist(snapshot, path)

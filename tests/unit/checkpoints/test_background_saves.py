@@ -71,6 +71,32 @@ def test_at_most_one_save_is_in_flight_and_a_second_waits_for_the_first(tmp_path
     assert torch.equal(torch.load(tmp_path / "b.ckpt", weights_only=True)["state_dict"]["w"], torch.ones(4))
 
 
+def test_saves_asked_faster_than_they_are_written_wait_and_say_so_once_with_the_setting(tmp_path, monkeypatch, capsys):
+    """Each write is held until the training thread waits for it: every save after the first finds the one before
+    still being written."""
+    gate, save, check = threading.Semaphore(0), torch.save, background.Writer._check
+
+    def gated_save(obj, f, *args, **kwargs):
+        assert gate.acquire(timeout=30), "no save waited for this write"
+        return save(obj, f, *args, **kwargs)
+
+    def waited(writer, future):
+        if future is not None:
+            gate.release()
+        check(writer, future)
+
+    monkeypatch.setattr(background.torch, "save", gated_save)
+    monkeypatch.setattr(background.Writer, "_check", waited)
+    io, path = made(AtomicCheckpointIO, pytorch_lightning)(), tmp_path / "last.ckpt"
+    for step in (25, 50, 75):
+        io.save_checkpoint(state(step, torch.full((4,), step)), path)
+    io.wait()
+    said = [line for line in capsys.readouterr().out.splitlines() if "faster than they are written" in line]
+    assert len(said) == 1 and f"writing {path} took " in said[0] and "(25 steps) apart" in said[0], said
+    assert int(said[0].rsplit("last_checkpoint_every_n_steps=", 1)[1].split()[0]) > 25  # the write outlasts 25 steps
+    assert torch.load(path, weights_only=True)["global_step"] == 75
+
+
 def test_the_same_state_is_written_once_and_named_again_by_a_link(tmp_path, held):
     release, written = held
     release.set()
