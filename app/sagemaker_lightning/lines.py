@@ -84,7 +84,7 @@ def behind(path: str, write_s: float, interval_s: float, waited_s: float, steps:
     """The line said once when a save waits for the write before it (checkpoints/writer.py): saves asked for more often
     than they are written; the interval suggested leaves the write a fifth more than this one's time, room for a
     slower one."""
-    apart = f"{interval_s:.1f} s ({steps} steps)" if steps else f"{interval_s:.1f} s"
+    apart = f"{interval_s:.1f} s ({steps} step{'s' * (steps != 1)})" if steps else f"{interval_s:.1f} s"
     fix = f"{setting}={math.ceil(steps * write_s / interval_s * 1.2)} or more" if steps else setting
     return (
         f"checkpoints are asked for faster than they are written: writing {path} took {write_s:.1f} s, and saves "
