@@ -26,13 +26,19 @@ USER_PROJECT = os.path.join(ROOT, "examples", "user_project")  # the sample a us
 TIERS = ("unit", "toolkit", "cloud", "container")  # the folders under tests/, and their markers (pyproject.toml)
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own, which names each test's group in its id
 def pytest_collection_modifyitems(config, items):
-    """A test whose tier markers are not exactly its folder's stops the run before anything runs."""
+    """A test whose tier markers are not exactly its folder's stops the run before anything runs. Under
+    `-n 2 --dist loadgroup` (make test) the tiers that run jobs go to one worker, one test after another as in a plain
+    run (their jobs each use both cores, their servers and ports assume it), and the unit tier runs on the other beside
+    them: its 2 minutes on CI's cores were the run's own before."""
     wrong = []
     for item in items:
         tier = os.path.relpath(str(item.path), os.path.join(ROOT, "tests")).split(os.sep)[0]
         if [t for t in TIERS if item.get_closest_marker(t)] != [tier]:
             wrong.append(item.nodeid)
+        elif tier != "unit":
+            item.add_marker(pytest.mark.xdist_group("jobs"))
     if wrong:
         raise pytest.UsageError(f"{len(wrong)} tests lack their folder's tier marker (pytestmark), e.g. {wrong[0]}")
 
@@ -84,13 +90,17 @@ def archive_dir(tmp_path_factory) -> str:
 def _ports():
     """TCP ports below the kernel's ephemeral range, each free when handed out and never handed out twice: the
     kernel gives no port of this range to a bind to port 0 or to an outgoing connection (gloo's, a client's), so
-    none is taken between the check here and the bind of the job or server it is for. The start differs per
-    process, so that two test runs on one machine do not walk the same ports."""
+    none is taken between the check here and the bind of the job or server it is for. Each xdist worker walks its
+    own share of the range (two workers' pids are near, and so were their walks: a port handed out by both), and the
+    start within it differs per process, so that two test runs on one machine do not walk the same ports."""
     with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
         ephemeral = int(f.read().split()[0])
     low = 10000 if ephemeral > 11000 else 1024
-    start = low + os.getpid() % (ephemeral - low)
-    for port in [*range(start, ephemeral), *range(low, start)]:
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    share = (ephemeral - low) // workers
+    low += share * int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw"))
+    high, start = low + share, low + os.getpid() % share
+    for port in [*range(start, high), *range(low, start)]:
         with socket.socket() as s:
             try:
                 s.bind(("0.0.0.0", port))
