@@ -5,7 +5,7 @@
 
 Global rank 0 measures its own timeline, which every rank keeps step with, as contiguous intervals, so the terms add
 up to the wall time:
-  start-up      from the container's start (PID 1 records it: boot/started.py; elsewhere this process's) to the
+  start-up      from the container's start (PID 1 records it: launch/started.py; elsewhere this process's) to the
                 first training step, less what is accounted inside it (a restore, the sanity check's validation)
   restore       reading the checkpoint the job resumes from (checkpoints/io.py accounts it)
   checkpoint stall  what a save holds the training thread for (checkpoints/: last.ckpt, the best checkpoints)

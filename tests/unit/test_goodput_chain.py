@@ -14,7 +14,8 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from sagemaker_lightning import LightningCLI, goodput, goodput_file
-from sagemaker_lightning.boot import signals, started
+from sagemaker_lightning.boot import signals
+from sagemaker_lightning.launch import started
 
 pytestmark = pytest.mark.unit
 

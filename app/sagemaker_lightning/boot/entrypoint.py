@@ -26,10 +26,10 @@ from sagemaker_lightning import failure
 from sagemaker_lightning.boot import signals
 from sagemaker_lightning.boot.command_output import LOG_TAIL_LINES, copy, note
 from sagemaker_lightning.boot.prepare import prepare_job
-from sagemaker_lightning.boot.started import STARTED_AT
 from sagemaker_lightning.boot.toolkit_failure import toolkit
 from sagemaker_lightning.launch import paths
 from sagemaker_lightning.launch.platforms.sagemaker import GRACE_S
+from sagemaker_lightning.launch.started import STARTED_AT
 
 RESOURCE_CONFIG = paths.resource_config(os.environ)
 CODE = paths.code_dir(os.environ)

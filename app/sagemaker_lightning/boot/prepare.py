@@ -25,8 +25,8 @@ from sagemaker_lightning.boot import ssh, warmpool
 from sagemaker_lightning.failure import UserError
 from sagemaker_lightning.launch import paths
 from sagemaker_lightning.launch.hosts import unresolved
-from sagemaker_lightning.launch.plan import dist_timeout
 from sagemaker_lightning.launch.platforms.sagemaker import resource_hosts
+from sagemaker_lightning.launch.timeout import dist_timeout
 
 EXAMPLE = os.environ.get("SAGEMAKER_LIGHTNING_EXAMPLE", "/opt/sagemaker-lightning/example")  # the image's example
 

@@ -37,7 +37,7 @@ def concern(ctx: Context) -> Part:
     by time instead; in a job, the stop's grace its first save is compared with (stop/restarts.py)."""
     config, plan, pl = ctx.config, ctx.plan, ctx.pl
     sharded = fsdp.sharded(ctx.arguments.get("strategy"))
-    point = resume_point(ctx.model_checkpoint, ctx.model, sharded, ctx.rank_zero)
+    point = resume_point(ctx.model_checkpoint, ctx.model, sharded, ctx.plan.rank_zero)
     export = made(Export, pl)(config["model_dir"], ctx.config_yaml)
     if not (plan.in_job or point):
         return Part(callbacks=[export] if config["model_dir"] else [])

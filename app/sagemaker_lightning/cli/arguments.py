@@ -8,7 +8,6 @@ that Lightning's class would refuse for naming no subcommand runs fit; any other
     python app/example/train.py --trainer.max_epochs 1      # fit, as a job's command line runs
 """
 
-import os
 from collections.abc import Mapping
 
 from sagemaker_lightning.cli import subcommands
@@ -23,7 +22,7 @@ def parse(parser, argv: list[str], plan: Plan, data_channels: Mapping[str, str] 
     """The configuration `argv` gives in this job, or None where Lightning's own parsing applies."""
     if not plan.on_sagemaker:
         return parser.parse_args(["fit", *argv]) if subcommands.implies_fit(argv, parser) else None
-    argv = hyperparameters.merge(argv, hyperparameters.read(os.environ))
+    argv = hyperparameters.merge(argv, plan.hyperparameters)
     position = subcommands.options_start(argv, parser)
     if position is None:  # options only, as SageMaker's launchers start a script: fit
         argv, position = ["fit", *argv], 1

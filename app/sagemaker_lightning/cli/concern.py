@@ -19,7 +19,7 @@ from sagemaker_lightning.health.status import Status
 from sagemaker_lightning.launch.plan import Plan
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Context:
     """What a concern is given. `arguments` grows as the hub goes down its list: a concern sees those before it."""
 
@@ -33,7 +33,6 @@ class Context:
     model_checkpoint: Any = None  # the ModelCheckpoint the runtime's checkpointing follows, or None
     config_yaml: Callable[[], str] = str  # the resolved configuration as model_dir's config.yaml holds it (redacted)
     status: Status = field(default_factory=Status)  # what the watchdog shares with the rest (health/status.py)
-    rank_zero: bool = True  # global rank 0, before the trainer exists
     goodput: Any = None  # this attempt's goodput.Attempt: its ledger, which the checkpoints account their time in
 
 

@@ -34,7 +34,7 @@ import traceback
 from collections.abc import Mapping
 
 from sagemaker_lightning import failure, goodput, progress
-from sagemaker_lightning.boot import signals, started
+from sagemaker_lightning.boot import signals
 from sagemaker_lightning.checkpoints import concern as checkpoints
 from sagemaker_lightning.cli import arguments, checks, lightning_package, precision, quiet, redact, settings
 from sagemaker_lightning.cli.concern import CallbackOrder, Context, joined, listed
@@ -42,8 +42,8 @@ from sagemaker_lightning.data import training_loader
 from sagemaker_lightning.health import preflight, watchdog
 from sagemaker_lightning.health.heartbeats import PERIOD_S
 from sagemaker_lightning.health.status import Status
-from sagemaker_lightning.launch import hyperparameters, paths
-from sagemaker_lightning.launch.plan import Plan, global_rank_zero, make_plan
+from sagemaker_lightning.launch import hyperparameters, paths, started
+from sagemaker_lightning.launch.plan import Plan, make_plan
 from sagemaker_lightning.launch.platforms.cluster import PER_HOST
 from sagemaker_lightning.lines import say
 from sagemaker_lightning.parallel import lr_scaling, strategy
@@ -105,8 +105,9 @@ class LightningCLI:
         sys.excepthook = functools.partial(self._uncaught, stderr=sys.stderr)
         quiet.install()  # after Lightning's import, whose own filters would otherwise come first
         # the environment, read once: instantiate_classes completes this plan with the resolved trainer settings
-        here = {"checkpoint_dir": paths.checkpoint_dir(os.environ), "objective": hyperparameters.objective(os.environ)}
-        here.update(_here())
+        sent = hyperparameters.sent(os.environ)
+        here = {"checkpoint_dir": paths.checkpoint_dir(os.environ), "objective": hyperparameters.objective(sent)}
+        here.update(_here(), hyperparameters=hyperparameters.projects(sent))
         self.plan = make_plan(dict(os.environ), _interfaces(), **here)
         if self.plan.in_job:  # a process torchrun starts here inherits the start; off a job the environment stays
             os.environ.setdefault(started.STARTED_AT, repr(self.goodput.start))  # as Lightning's own class leaves it
@@ -136,7 +137,7 @@ class LightningCLI:
             plan=self.plan,
             resolve=socket.gethostbyname,
             host=self.plan.host,
-            rank=trainer.global_rank if trainer else os.environ.get("RANK", "?"),
+            rank=trainer.global_rank if trainer else self.plan.rank,
             accelerator=self._setting("trainer.accelerator"),
             cuda_available=process.cuda_available(),
             help=f"python {os.path.basename(sys.argv[0])} --help",
@@ -195,10 +196,9 @@ class LightningCLI:
             checks.check_first_host(self.plan)
             if command := strategy.torchrun_command(self.plan, sys.executable, sys.argv):
                 os.execv(command[0], command)  # torchrun starts one process per device instead (Plan.torchrun)
-            rank_zero = global_rank_zero(self.plan, os.environ)
-            if rank_zero:
+            if self.plan.rank_zero:
                 say(self.plan.line())
-            restarts.announce(self.plan, config.get("checkpoint.dirpath"), os.environ, rank_zero)
+            restarts.announce(self.plan, config.get("checkpoint.dirpath"), os.environ)
             signals.register(os.getpid())  # the image's entrypoint passes SIGTERM on to this process
             if self.plan.launcher == PER_HOST:
                 process.EndedChild(self.plan).attach()  # a local rank killed for memory is named, not this process
@@ -216,9 +216,17 @@ class LightningCLI:
         model_checkpoint = self._model_checkpoint(project, extra)
         self.goodput.checkpoint = model_checkpoint  # the ledger goes beside its checkpoints
         ctx = Context(
-            self.pl, self.plan, self._subconfig(), init, given, {}, self.model, model_checkpoint, self._config_yaml,
-            self.status, global_rank_zero(self.plan, os.environ), self.goodput,
-        )  # fmt: skip
+            pl=self.pl,
+            plan=self.plan,
+            config=self._subconfig(),
+            init=init,
+            trainer=given,
+            model=self.model,
+            model_checkpoint=model_checkpoint,
+            config_yaml=self._config_yaml,
+            status=self.status,
+            goodput=self.goodput,
+        )
         parts = []
         for concern in CONCERNS:
             parts.append(concern(ctx))
@@ -235,7 +243,7 @@ class LightningCLI:
         if "precision" in given:  # the machine's when unset; a trainer class of the project's may not take it
             self.precision = precision.for_trainer(given)
             kwargs["precision"] = self.precision.precision
-            if ctx.rank_zero:
+            if ctx.plan.rank_zero:
                 say(self.precision.line())
         trainer_config = {**given, **_accepted(self.trainer_class, kwargs)}
         trainer = self._instantiate_trainer(trainer_config, list(extra.values()))  # as Lightning's own method does

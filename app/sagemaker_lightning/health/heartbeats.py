@@ -195,12 +195,12 @@ def line(op: dict | None, limit_s: float, me: int, records: Mapping[int, dict], 
     )
 
 
-def unanswered(op: dict | None, limit_s: float, me: int, host: str, error: Exception) -> str:
+def unanswered(op: dict | None, limit_s: float, me: int, host: str, error: Exception, store: str) -> str:
     """The line of a rank that waited past the timeout and finds the store silent: no peer can tell it more."""
     waited = named(op) if op else "a step (the main thread made no progress)"
     return (
         f"{waited} did not finish within the training timeout of {limit_s:g} s (training_timeout) on rank {me} "
-        f"({host}), and the job's store at {os.environ.get('MASTER_ADDR')}:{os.environ.get('MASTER_PORT')} does not "
+        f"({host}), and the job's store at {store} does not "
         f"answer ({error}): the process of rank 0 there is stopped or its host is gone"
     )
 
@@ -210,11 +210,11 @@ def stored(name: str) -> str:
     return f"{PREFIX}/{name}"
 
 
-def forged_line(name: str, why: Forged) -> str:
+def forged_line(name: str, why: Forged, store: str) -> str:
     """The warning for a value that is not this job's."""
     return (
         f"warning: a value not signed by this job's ranks was written to {stored(name)} ({why}): ignored; the store "
-        f"at {os.environ.get('MASTER_ADDR')}:{os.environ.get('MASTER_PORT')} (MASTER_ADDR:MASTER_PORT) is reachable "
+        f"at {store} (MASTER_ADDR:MASTER_PORT) is reachable "
         "by something else"
     )
 
@@ -223,8 +223,8 @@ class Reader:
     """This job's values as a rank reads them from the store: one its ranks did not sign, or that does not parse, is
     said once for its key and read as not there (a value) or `unread` (a heartbeat)."""
 
-    def __init__(self, key: bytes):
-        self.key = key
+    def __init__(self, key: bytes, store: str):
+        self.key, self.store = key, store  # the store's address:port, for the line
         self.said: set[str] = set()  # the keys whose value was said to be not this job's, or unreadable
 
     def opened(self, name: str, value: bytes) -> str | None:
@@ -232,7 +232,7 @@ class Reader:
         try:
             return opened(self.key, name, value)
         except Forged as e:
-            self._say_once(name, forged_line(name, e))
+            self._say_once(name, forged_line(name, e, self.store))
             return None
 
     def parsed(self, name: str, value: bytes | None) -> dict | None:
@@ -257,12 +257,13 @@ class Reader:
             say(said)
 
 
-def connect(wait_s: float):
-    """A connection of its own to the job's TCP store. `wait_s` bounds its waits for a key, not for an answer."""
+def connect(store: str, wait_s: float):
+    """A connection of its own to the job's TCP store at `store` (address:port, the plan's MASTER_ADDR:MASTER_PORT).
+    `wait_s` bounds its waits for a key, not for an answer."""
     import torch.distributed as dist
 
-    address, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
-    tcp = dist.TCPStore(address, port, is_master=False, timeout=timedelta(seconds=wait_s), wait_for_workers=False)
+    address, port = store.rsplit(":", 1)
+    tcp = dist.TCPStore(address, int(port), is_master=False, timeout=timedelta(seconds=wait_s), wait_for_workers=False)
     return dist.PrefixStore(PREFIX, tcp)
 
 

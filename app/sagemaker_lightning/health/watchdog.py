@@ -45,7 +45,6 @@ from sagemaker_lightning.health.heartbeats import (
     last_entered,
     line,
     overdue,
-    unanswered,
     where,
 )
 from sagemaker_lightning.health.status import Status
@@ -82,12 +81,11 @@ class Watchdog:
     recorder = staticmethod(heartbeats.fr_json)  # the flight recorder's entries
     exit = staticmethod(os._exit)  # its main thread waits in a collective that would never return
 
-    def __init__(
-        self, given_s, dist_timeout_s: float, host: str, output_data_dir: str | None, status=None, goodput=None
-    ):
-        """status: the process's Status (its busy mark, ending, spread); goodput: the Attempt whose figures end the line."""
-        self.given_s, self.dist_timeout_s = given_s, dist_timeout_s
-        self.host, self.output_data_dir = host, output_data_dir
+    def __init__(self, *, given_s, plan, status=None, goodput=None):
+        """plan: the job's (dist_timeout, this host, the store at its master, output.tar.gz's folder); status: the
+        process's Status (its busy mark, ending, spread); goodput: the Attempt whose figures end the line."""
+        self.given_s, self.dist_timeout_s, self.host, self.store = given_s, plan.timeout_s, plan.host, plan.master
+        self.output_data_dir = plan.output_data_dir
         self.status: Status = status or Status()
         self.goodput = goodput
         self.thread: threading.Thread | None = None
@@ -108,9 +106,11 @@ class Watchdog:
         self.beat = self.answered = self.clock()  # the main thread's last progress; when the store last answered
         self.busy_seen = -float("inf")  # when this rank or a peer was last seen busy
         self.warned: dict[str, float] = {}  # host → when it was last named a straggler
-        self.read = heartbeats.Reader(key)  # the job's values from the store, what is not this job's said once
+        self.read = heartbeats.Reader(
+            key, self.store
+        )  # the job's values from the store, what is not this job's said once
         self.since_ns = 0  # the end of the first step: stragglers are judged from there on
-        self.link = heartbeats.Link(heartbeats.connect, PERIOD_S)
+        self.link = heartbeats.Link(lambda wait_s: heartbeats.connect(self.store, wait_s), PERIOD_S)
         self.stopping = threading.Event()
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
@@ -174,7 +174,7 @@ class Watchdog:
         except heartbeats.Silent as e:  # silent as long as a stopped peer's heartbeat (a slow connect is not)
             silent = self.clock() - self.answered > STALE_PERIODS * PERIOD_S
             if silent and (waiting or stalled) and self._quiet(limit):  # a stuck rank too: no peer can tell it more
-                self._end(unanswered(op, limit, self.rank, self.host, e))
+                self._end(heartbeats.unanswered(op, limit, self.rank, self.host, e, self.store))
             return
         self.answered = self.clock()
         if abort is not None and (said := self.read.opened(ABORT, abort)) is not None:
@@ -237,7 +237,7 @@ class Watchdog:
         try:
             records = self.read.records(self.link.call(self._all))
         except heartbeats.Silent as e:
-            self._end(unanswered(op, limit, self.rank, self.host, e))
+            self._end(heartbeats.unanswered(op, limit, self.rank, self.host, e, self.store))
         pg, seq = (op["process_group"][0], op["collective_seq_id"]) if op else (None, None)
         held = absent(records, pg, seq, now, self.rank)
         self._end(self.claim(line(op, limit, self.rank, records, held, now)))
@@ -296,5 +296,5 @@ def concern(ctx: Context) -> Part:
     """The Watchdog in a job: a hang names itself, stragglers show."""
     if not ctx.plan.in_job:
         return Part()
-    plan, watchdog, given_s = ctx.plan, made(Watchdog, ctx.pl), ctx.config["training_timeout"]
-    return Part(callbacks=[watchdog(given_s, plan.timeout_s, plan.host, plan.output_data_dir, ctx.status, ctx.goodput)])
+    given_s, made_here = ctx.config["training_timeout"], made(Watchdog, ctx.pl)
+    return Part(callbacks=[made_here(given_s=given_s, plan=ctx.plan, status=ctx.status, goodput=ctx.goodput)])

@@ -9,7 +9,7 @@ which jsonargparse merges into the group) mean the same thing. SageMaker's own k
 starting with `sagemaker_` (framework parameters; a tuning job's sagemaker_estimator_*) and `_tuning_objective_metric`,
 the objective's name SageMaker adds to each child of a tuning job (`objective` reads it).
 
-    SM_INPUT_CONFIG_DIR=/opt/ml/input/config python -c "from sagemaker_lightning.launch import hyperparameters as h; import os; print(h.read(os.environ))"
+    SM_INPUT_CONFIG_DIR=/opt/ml/input/config python -c "from sagemaker_lightning.launch import hyperparameters as h; import os; print(h.projects(h.sent(os.environ)))"
 """
 
 import ast
@@ -51,8 +51,9 @@ def sagemakers(key: str) -> bool:
     return key.startswith(FRAMEWORK_PREFIX) or key == TUNING_OBJECTIVE
 
 
-def _sent(env: Mapping[str, str]) -> dict[str, Any]:
-    """hyperparameters.json as the SDK sent it; {} where there is none (or it is not a JSON object)."""
+def sent(env: Mapping[str, str]) -> dict[str, Any]:
+    """hyperparameters.json as the SDK sent it; {} where there is none (or it is not a JSON object). Read once per
+    process: the plan holds what the runtime takes from it (plan.Plan.hyperparameters, .objective)."""
     try:
         with open(paths.hyperparameters_file(env)) as f:
             raw = json.load(f)
@@ -61,14 +62,15 @@ def _sent(env: Mapping[str, str]) -> dict[str, Any]:
     return raw if isinstance(raw, dict) else {}
 
 
-def read(env: Mapping[str, str]) -> dict[str, Any]:
-    """The job's hyperparameters, typed, without SageMaker's own; {} where there is no hyperparameters.json."""
-    return {k: typed(v) for k, v in _sent(env).items() if not sagemakers(k)}
+def projects(sent: Mapping[str, Any]) -> dict[str, Any]:
+    """The job's hyperparameters (`sent`'s), typed, without SageMaker's own."""
+    return {k: typed(v) for k, v in sent.items() if not sagemakers(k)}
 
 
-def objective(env: Mapping[str, str]) -> str | None:
-    """The objective a tuning job ranks this child by (`validation:accuracy`); None: not a tuning job's child."""
-    value = typed(_sent(env).get(TUNING_OBJECTIVE))
+def objective(sent: Mapping[str, Any]) -> str | None:
+    """The objective a tuning job ranks this child by (`validation:accuracy`) among the hyperparameters `sent`; None:
+    not a tuning job's child."""
+    value = typed(sent.get(TUNING_OBJECTIVE))
     return str(value) if value not in (None, "") else None
 
 

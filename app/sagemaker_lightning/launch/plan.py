@@ -6,9 +6,10 @@ resolved settings to an immutable Plan; `Plan.env` holds the variables to set. N
 resolves a name or reads a file, so every rule is unit-tested as a table (tests/unit/launch/test_plan.py). Each
 platform's variables are read in platforms/ (SageMaker's SM_HOSTS, Kubeflow's PET_*, SLURM_*, torchrun's, in the order
 platforms/recognise.py gives); SageMaker's paths come from paths.py, the network interfaces and EFA from network.py.
-A process reads its environment once: the runtime's LightningCLI makes the plan from it before parsing, then
-completes that plan with the resolved trainer settings (Plan.completed), from the same reading. No torch: the start-up
-hook (autoenv.py) runs it in every Python process of the image.
+A process reads its environment once: the runtime's LightningCLI makes the plan from it (and from hyperparameters.json,
+read once) before parsing, then completes that plan with the resolved trainer settings (Plan.completed), from the same
+reading; this process's rank comes from it too (Plan.rank, Plan.rank_zero). No torch: the start-up hook (autoenv.py)
+runs it in every Python process of the image.
 
 Who started this process (Plan.launcher):
   process   the platform, one process per host (cluster.PER_HOST): Lightning starts one process per device from it,
@@ -26,16 +27,16 @@ Who started this process (Plan.launcher):
 import os
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from sagemaker_lightning.failure import UserError
 from sagemaker_lightning.launch import network, paths
-from sagemaker_lightning.launch.hyperparameters import typed
 from sagemaker_lightning.launch.platforms import sagemaker
 from sagemaker_lightning.launch.platforms.cluster import DEFAULT_MASTER_PORT, DEFAULT_TIMEOUT_S, PER_HOST
 from sagemaker_lightning.launch.platforms.recognise import recognise
+from sagemaker_lightning.launch.timeout import check_timeout
 
 DEFAULT_CHANNEL = "training"  # the input channel that holds the data; DATA_CHANNEL in the environment names another
-MAX_TIMEOUT_S = 28 * 24 * 3600  # the longest a SageMaker job runs (MaxRuntimeInSeconds): no wait needs to be longer
 UNSHARED_STORE = "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"  # set for the torchrun the runtime starts: each attempt's store
 # is new (stop/restarts.py, shared_store_line, says why)
 FR_BUFFER_SIZE = "256"  # collectives torch's flight recorder keeps per process: several steps of DDP; each watchdog
@@ -52,6 +53,7 @@ class Reading:
     objective: str | None  # a tuning job's child: its objective (hyperparameters.objective)
     gpus: int  # the GPUs here, where the platform does not say
     hostname: str  # this host's name
+    hyperparameters: Mapping[str, Any]  # the job's, typed, without SageMaker's own (hyperparameters.projects)
 
 
 @dataclass(frozen=True)
@@ -93,6 +95,35 @@ class Plan:
     @property
     def host(self) -> str:
         return self.hosts[self.node_rank]
+
+    @property
+    def master(self) -> str:
+        """torch.distributed's rendezvous and the job's TCP store: MASTER_ADDR:MASTER_PORT."""
+        return f"{self.master_addr}:{self.master_port}"
+
+    @property
+    def hyperparameters(self) -> Mapping[str, Any]:
+        """The job's hyperparameters, typed, without SageMaker's own: {} off SageMaker and where it sent none."""
+        return self.reading.hyperparameters if self.reading and self.on_sagemaker else {}
+
+    @property
+    def rank(self) -> str:
+        """This process's global rank as its launcher gave it ("?" where none did: the process launcher's ranks get
+        theirs from the trainer)."""
+        return self.env.get("RANK") or (self.reading.env.get("RANK") if self.reading else None) or "?"
+
+    @property
+    def rank_zero(self) -> bool:
+        """Whether this process is global rank 0, before the trainer exists: under the process launcher, Lightning's
+        own processes for local ranks 1.. have LOCAL_RANK; torchrun, mpirun and srun give every process its RANK (the
+        plan sets srun's). Elsewhere, whichever of those a launcher set (SLURM's too) is 0, or none is set: a single
+        process."""
+        env = self.reading.env if self.reading else {}
+        if self.launcher == PER_HOST:
+            return self.node_rank == 0 and "LOCAL_RANK" not in env
+        if self.launcher == "none":
+            return all(env.get(key, "0") == "0" for key in ("RANK", "LOCAL_RANK", "NODE_RANK", "SLURM_PROCID"))
+        return self.rank == "0"
 
     @property
     def world_size(self) -> int:
@@ -140,7 +171,7 @@ class Plan:
         r = self.reading
         return make_plan(
             r.env, r.interfaces, accelerator, devices, timeout_s, r.checkpoint_dir, workers, r.gpus, r.hostname,
-            max_restarts, r.objective,
+            max_restarts, r.objective, r.hyperparameters,
         )  # fmt: skip
 
     def line(self) -> str:
@@ -149,7 +180,7 @@ class Plan:
         return (
             f"launch: {launcher} on {','.join(self.hosts)}, this is {self.host} (node {self.node_rank}), "
             f"{self.processes_per_host} process(es) per host, world size {self.world_size}, "
-            f"master {self.master_addr}:{self.master_port}, backend {self.backend or 'nccl (GPU) / gloo (CPU)'}, "
+            f"master {self.master}, backend {self.backend or 'nccl (GPU) / gloo (CPU)'}, "
             f"timeout {self.timeout_s} s"
         )
 
@@ -185,27 +216,6 @@ def streaming_env(env: Mapping[str, str], hosts: int, sagemaker: bool) -> dict[s
     return {"NNODES": str(hosts), **({"LITDATA_CACHE_DIR": cache} if cache else {})}
 
 
-def dist_timeout(given: Mapping) -> int:
-    """dist_timeout from the job's hyperparameters (PID 1's, before any parser), whichever form the SDK sent it in (3,
-    "3", '"3"': SDK 2.x with source_dir JSON-encodes a string), checked as check_timeout checks the trainer's."""
-    value = typed(given.get("dist_timeout", DEFAULT_TIMEOUT_S))
-    if isinstance(value, str) and value.strip().isdigit():
-        value = int(value)
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise UserError(f"dist_timeout={value!r} is not a positive whole number of seconds; e.g. 600")
-    return check_timeout(value)
-
-
-def check_timeout(seconds: int) -> int:
-    """dist_timeout, when it is a wait torch can hold (timedelta overflows past 999,999,999 days) and a job can use."""
-    if not 0 < seconds <= MAX_TIMEOUT_S:
-        raise UserError(
-            f"dist_timeout={seconds} must be a positive number of seconds, at most {MAX_TIMEOUT_S} (28 days, the "
-            "longest a SageMaker job runs), e.g. 600"
-        )
-    return seconds
-
-
 def make_plan(
     env: Mapping[str, str],
     interfaces: Collection[str],
@@ -218,15 +228,17 @@ def make_plan(
     hostname: str = "localhost",
     max_restarts: int | None = None,
     objective: str | None = None,
+    hyperparameters: Mapping[str, Any] | None = None,
 ) -> Plan:
     """The plan for this process. `interfaces`: the network interfaces here; `accelerator`, `devices`: the trainer's
     settings (resolved from every source: YAML, --config, arguments); `checkpoint_dir`: the job's checkpoint_local_path
     (paths.checkpoint_dir), when it names one; `workers`: whether DataLoader workers fork; `gpus`: the GPUs here where
     the platform does not say (SageMaker's SM_NUM_GPUS); `hostname`: this host's name; `max_restarts`: torchrun's,
     where the runtime starts torchrun (None: the platform's, else 0); `objective`: a tuning job's, on its child
-    (hyperparameters.objective), whose checkpoints then go to a folder of the child's own (paths.child_checkpoint_dir)."""
+    (hyperparameters.objective), whose checkpoints then go to a folder of the child's own (paths.child_checkpoint_dir);
+    `hyperparameters`: the job's, typed (hyperparameters.projects), as its arguments (cli/arguments.py)."""
     check_timeout(timeout_s)  # off any platform too: the strategy gets it
-    reading = Reading(env, interfaces, checkpoint_dir, objective, gpus, hostname)
+    reading = Reading(env, interfaces, checkpoint_dir, objective, gpus, hostname, hyperparameters or {})
     per_host = wanted(env, accelerator, devices, gpus)
     found = recognise(env, per_host, hostname, max_restarts=max_restarts, timeout_s=timeout_s)
     if found is None:
@@ -272,14 +284,3 @@ def make_plan(
         objective=objective,
         reading=reading,
     )
-
-
-def global_rank_zero(plan: Plan, env: Mapping[str, str]) -> bool:
-    """Whether this process is global rank 0, before the trainer exists: under the process launcher, Lightning's own
-    processes for local ranks 1.. have LOCAL_RANK; torchrun, mpirun and srun give every process its RANK (the plan
-    sets srun's). Elsewhere, whichever of those a launcher set (SLURM's too) is 0, or none is set: a single process."""
-    if plan.launcher == PER_HOST:
-        return plan.node_rank == 0 and "LOCAL_RANK" not in env
-    if plan.launcher == "none":
-        return all(env.get(key, "0") == "0" for key in ("RANK", "LOCAL_RANK", "NODE_RANK", "SLURM_PROCID"))
-    return (plan.env.get("RANK") or env.get("RANK")) == "0"

@@ -162,13 +162,13 @@ def restart_line(env: Mapping[str, str], host: str) -> str | None:
     )
 
 
-def announce(plan, dirpath: str | None, env: Mapping[str, str], rank_zero: bool) -> None:
+def announce(plan, dirpath: str | None, env: Mapping[str, str]) -> None:
     """At the start of a job's trainer: the restart line (each host's first process); on global rank 0 the warnings
     on what a restart could not use: a store shared across torchrun's attempts, a checkpoint directory that is each
     SageMaker host's own, or (elsewhere) one that goes with the container; and a tuning job's child's own folder."""
     if plan.launcher == "torchrun" and env.get("LOCAL_RANK") == "0" and (line := restart_line(env, plan.host)):
         say(line)
-    if not rank_zero:
+    if not plan.rank_zero:
         return
     for line in (shared_store_line(env), unshared_line(plan, dirpath, env), child_line(plan, dirpath)):
         if line:

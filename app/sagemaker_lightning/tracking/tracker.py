@@ -245,7 +245,7 @@ def concern(ctx: Context) -> Part:
     )
     for item in own:
         _through(tracker, item)
-    if own and ctx.rank_zero:
+    if own and ctx.plan.rank_zero:
         say(f"mlflow: trainer.logger's MLFlowLogger logs into the job's run on {shown_url(uri)} (the runtime's rules)")
         if any(item._log_model for item in own):
             say(

@@ -45,7 +45,9 @@ def as_sagemaker(tmp_path, monkeypatch):
         path.write_text(json.dumps({k: encode(v) for k, v in given.items()}))  # what the SDK sends
         monkeypatch.setattr(environment, "hyperparameters_file_dir", str(path))
         argv = mapping.to_cmd_args(environment.read_hyperparameters())  # what the toolkit runs the script with
-        return hyperparameters.merge(argv, hyperparameters.read({"SM_INPUT_CONFIG_DIR": str(tmp_path)}))
+        return hyperparameters.merge(
+            argv, hyperparameters.projects(hyperparameters.sent({"SM_INPUT_CONFIG_DIR": str(tmp_path)}))
+        )
 
     return convert
 

@@ -345,5 +345,5 @@ def test_preflight_off_reaches_the_check_from_the_settings():
     from sagemaker_lightning.cli.concern import Context
 
     config = {"preflight": "off", "preflight_min_busbw": 5}
-    (check,) = preflight.concern(Context(pytorch_lightning, make_plan(env, {"eth0"}), config)).callbacks
+    (check,) = preflight.concern(Context(pl=pytorch_lightning, plan=make_plan(env, {"eth0"}), config=config)).callbacks
     assert (check.mode, check.min_busbw) == ("off", 5)

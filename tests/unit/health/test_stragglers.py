@@ -5,6 +5,7 @@ the watchdog's warning that names it, at most once in WARN_EVERY_S for a host.
 """
 
 import time
+from types import SimpleNamespace
 
 import pytest
 import pytorch_lightning
@@ -64,7 +65,9 @@ def test_a_straggler_is_named_at_most_once_in_warn_every_s(capsys):
     """Rank 0's watchdog compares the heartbeats every PERIOD_S: a host that straggles throughout is named at once,
     then once every WARN_EVERY_S of the watchdog's clock, not at each comparison; another host that becomes the
     straggler is named at once. The spread for the progress line is there at every comparison."""
-    dog = lightning_package.made(watchdog.Watchdog, pytorch_lightning)(None, 600.0, "algo-1", None)
+    dog = lightning_package.made(watchdog.Watchdog, pytorch_lightning)(
+        given_s=None, plan=SimpleNamespace(timeout_s=600.0, host="algo-1", master="algo-1:29500", output_data_dir=None)
+    )
     dog.warned, now = {}, [0.0]
     dog.clock = lambda: now[0]
     warned, period = [], watchdog.PERIOD_S

@@ -5,6 +5,7 @@ the flight recorder, a busy rank, the first line written, the stuck rank's own e
     .venv/bin/pytest tests/unit/health/test_watchdog_judgement.py
 """
 
+import functools
 import gc
 import threading
 from types import SimpleNamespace
@@ -36,6 +37,7 @@ class Job:
 
     def __init__(self, store):
         self.store, self.port = store, store.port
+        self.address = f"127.0.0.1:{store.port}"  # the plan's MASTER_ADDR:MASTER_PORT, where the watchdogs connect
         self.mono, self.wall = 100.0, 1_000_000.0  # the monotonic clock, and the hosts' (seconds)
         self.reported: list[str] = []
 
@@ -57,11 +59,14 @@ class Job:
     def rank(self, rank: int, entries: list | None = None, given: float | None = LIMIT, world: int = 2):
         """Rank `rank`'s watchdog, its main thread's last progress now; `entries`: its flight recorder's (a list the
         test may change), None: no flight recorder."""
-        wd = watchdog.Watchdog(given, DIST_S, f"algo-{rank + 1}", None)
+        plan = SimpleNamespace(timeout_s=DIST_S, host=f"algo-{rank + 1}", master=self.address, output_data_dir=None)
+        wd = watchdog.Watchdog(given_s=given, plan=plan)
         wd.clock, wd.wall, wd.pause = (lambda: self.mono), (lambda: self.wall), self.advance
         wd.recorder = lambda: {"entries": list(entries)} if entries is not None else {}
         wd.begin(rank, world, 5, KEY)
-        wd.link = heartbeats.Link(heartbeats.connect, wait_s=60)  # this store answers: a connect can take 5 s
+        wd.link = heartbeats.Link(
+            functools.partial(heartbeats.connect, self.address), wait_s=60
+        )  # this store answers: a connect can take 5 s
         wd.thread = threading.current_thread()  # the hooks time steps while the thread runs
 
         def exit(code):
@@ -72,10 +77,8 @@ class Job:
 
 
 def started(monkeypatch) -> Job:
-    """A job's store (the process of rank 0 holds it), its address in the environment; the failure lines kept."""
+    """A job's store (the process of rank 0 holds it); the failure lines kept."""
     store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
-    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
-    monkeypatch.setenv("MASTER_PORT", str(store.port))
     made = Job(store)
     monkeypatch.setattr(failure, "report", made.reported.append)
     return made

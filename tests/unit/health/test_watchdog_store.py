@@ -6,6 +6,7 @@ ranks agree on over two real gloo processes, and a store that accepts a connecti
 """
 
 import datetime
+import functools
 import json
 import os
 import socket
@@ -120,13 +121,13 @@ def test_the_ranks_agree_on_rank_0s_key_over_the_process_group(free_port):
     assert keys[0] == keys[1] and len(keys[0]) == heartbeats.KEY_BYTES
 
 
-def test_a_store_that_accepts_but_never_answers_holds_the_watchdog_no_longer_than_its_wait(job, monkeypatch):
+def test_a_store_that_accepts_but_never_answers_holds_the_watchdog_no_longer_than_its_wait(job):
     """A stopped process of rank 0: its kernel still accepts connections, nothing answers. TCPStore's client waits
     for the answer without a timeout (torch 2.14); before, the watchdog's thread waited with it, for ever."""
     listening = socket.create_server(("127.0.0.1", 0))
-    monkeypatch.setenv("MASTER_PORT", str(listening.getsockname()[1]))
+    job.address = f"127.0.0.1:{listening.getsockname()[1]}"
     wd = job.rank(1)
-    wd.link = heartbeats.Link(heartbeats.connect, wait_s=0.2)
+    wd.link = heartbeats.Link(functools.partial(heartbeats.connect, job.address), wait_s=0.2)
     job.advance(LIMIT + 1)
     ended: list[Ended] = []
 

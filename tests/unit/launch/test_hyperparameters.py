@@ -98,7 +98,7 @@ EXPECTED = {
 )
 def test_every_form_on_every_launcher_means_the_same(tmp_path, monkeypatch, launcher, form):
     argv = launcher(tmp_path, monkeypatch, form)
-    typed = hyperparameters.read({"SM_INPUT_CONFIG_DIR": str(tmp_path)})
+    typed = hyperparameters.projects(hyperparameters.sent({"SM_INPUT_CONFIG_DIR": str(tmp_path)}))
     assert typed == form
     assert parsed(argv, typed) == EXPECTED
 
@@ -141,8 +141,8 @@ def test_merge_replaces_only_the_launcher_s_rendering():
 
 def test_sagemaker_s_own_parameters_are_not_arguments(tmp_path):
     (tmp_path / "hyperparameters.json").write_text(json.dumps({"sagemaker_program": '"train.py"', "a": "1"}))
-    assert hyperparameters.read({"SM_INPUT_CONFIG_DIR": str(tmp_path)}) == {"a": 1}
-    assert hyperparameters.read({"SM_INPUT_CONFIG_DIR": str(tmp_path / "none")}) == {}
+    assert hyperparameters.projects(hyperparameters.sent({"SM_INPUT_CONFIG_DIR": str(tmp_path)})) == {"a": 1}
+    assert hyperparameters.projects(hyperparameters.sent({"SM_INPUT_CONFIG_DIR": str(tmp_path / "none")})) == {}
 
 
 CHILD = {"trainer.max_epochs": 3, "optimizer.lr": "0.05", "_tuning_objective_metric": "validation:accuracy"}
@@ -154,13 +154,13 @@ def test_a_tuning_childs_objective_is_sagemakers_not_an_option(tmp_path, monkeyp
     `--_tuning_objective_metric validation:accuracy`, which the project's parser would refuse."""
     argv = launcher(tmp_path, monkeypatch, CHILD)
     env = {"SM_INPUT_CONFIG_DIR": str(tmp_path)}
-    typed = hyperparameters.read(env)
+    typed = hyperparameters.projects(hyperparameters.sent(env))
     assert typed == {"trainer.max_epochs": 3, "optimizer.lr": 0.05}
-    assert hyperparameters.objective(env) == "validation:accuracy"
+    assert hyperparameters.objective(hyperparameters.sent(env)) == "validation:accuracy"
     assert not any("_tuning_objective_metric" in word for word in hyperparameters.merge(argv, typed))
 
 
 def test_a_job_without_an_objective_is_no_tuning_child(tmp_path):
     (tmp_path / "hyperparameters.json").write_text(json.dumps({"a": "1", "_tuning_objective_metric": '""'}))
-    assert hyperparameters.objective({"SM_INPUT_CONFIG_DIR": str(tmp_path)}) is None
-    assert hyperparameters.objective({"SM_INPUT_CONFIG_DIR": str(tmp_path / "none")}) is None
+    assert hyperparameters.objective(hyperparameters.sent({"SM_INPUT_CONFIG_DIR": str(tmp_path)})) is None
+    assert hyperparameters.objective(hyperparameters.sent({"SM_INPUT_CONFIG_DIR": str(tmp_path / "none")})) is None

@@ -6,7 +6,8 @@ import pytest
 
 from sagemaker_lightning.failure import UserError
 from sagemaker_lightning.launch.network import network_env
-from sagemaker_lightning.launch.plan import dist_timeout, make_plan
+from sagemaker_lightning.launch.plan import make_plan
+from sagemaker_lightning.launch.timeout import dist_timeout
 from sagemaker_lightning.parallel import strategy
 
 pytestmark = pytest.mark.unit

@@ -82,7 +82,7 @@ def test_on_sagemaker_the_variable_turns_it_on_elsewhere_the_setting_alone(monke
     job = {"SM_HOSTS": '["algo-1","algo-2"]', "SM_CURRENT_HOST": "algo-1", "SM_CURRENT_INSTANCE_TYPE": "ml.g5.xlarge"}
     job["TRAINING_JOB_NAME"] = "cifar-2026-11-27-18-34-51-123"  # the plan reads the job's name with its environment
     on, off = make_plan(job, {"eth0"}), make_plan({}, set())
-    (made,) = tracker.concern(Context(pl, on, SETTINGS)).after_checkpoints
+    (made,) = tracker.concern(Context(pl=pl, plan=on, config=SETTINGS)).after_checkpoints
     assert (made.uri, made.experiment, made.job) == (
         "http://127.0.0.1:5000",
         "cifar",
@@ -93,9 +93,11 @@ def test_on_sagemaker_the_variable_turns_it_on_elsewhere_the_setting_alone(monke
         "sagemaker.hosts": "algo-1,algo-2",
         "sagemaker.instance_type": "ml.g5.xlarge",
     }
-    assert tracker.concern(Context(pl, off, SETTINGS)).after_checkpoints == []  # a shell variable is not a setting
+    assert (
+        tracker.concern(Context(pl=pl, plan=off, config=SETTINGS)).after_checkpoints == []
+    )  # a shell variable is not a setting
     given = {**SETTINGS, "mlflow.tracking_uri": "https://mlflow.example.com"}
-    (made,) = tracker.concern(Context(pl, off, given)).after_checkpoints
+    (made,) = tracker.concern(Context(pl=pl, plan=off, config=given)).after_checkpoints
     assert made.uri == "https://mlflow.example.com" and made.tags == {}
 
 

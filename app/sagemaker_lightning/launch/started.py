@@ -2,7 +2,7 @@
 starts the command; a process without the image's entrypoint takes its own start. No torch, no Lightning: PID 1
 imports it.
 
-    python -c "from sagemaker_lightning.boot import started; print(started.started_at())"
+    python -c "from sagemaker_lightning.launch import started; print(started.started_at())"
 """
 
 import os
