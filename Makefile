@@ -54,7 +54,7 @@ format: install  ## ruff: fix what it can, then format
 	.venv/bin/ruff format .
 
 test: install  ## Run every test tier: unit, toolkit, cloud, container (REQUIRE_ALL_TIERS=1: a skipped tier fails); the unit tier on one core beside the jobs of the others (tests/conftest.py)
-	.venv/bin/pytest -rs -n 2 --dist loadgroup
+	.venv/bin/pytest -rs -n 2 --dist loadscope
 
 test-unit: install  ## The unit tier alone: pure functions and in-process objects, on both cores (pytest-xdist)
 	.venv/bin/pytest -rs -n 2 tests/unit

@@ -54,7 +54,14 @@ def main() -> int:
         tracker = lightning_package.made(tracking.Tracker, pl)(
             args.uri, "bench-tracking", None, {}, "h", None, False, False, str
         )
-        tracker.run = mlflow_run.Run(args.uri, "bench-tracking", f"every-{every}", {}, None, lambda *_: None)
+        tracker.run = mlflow_run.Run(
+            uri=args.uri,
+            experiment="bench-tracking",
+            name=f"every-{every}",
+            tags={},
+            continues=None,
+            opened=lambda *_: None,
+        )
         assert tracker.run.is_open.wait(60), f"{args.uri} did not answer"
         trainer = SimpleNamespace(global_step=0, log_every_n_steps=every, world_size=1)
         tracker._since = (time.monotonic(), 0)

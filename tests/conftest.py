@@ -26,21 +26,32 @@ USER_PROJECT = os.path.join(ROOT, "examples", "user_project")  # the sample a us
 TIERS = ("unit", "toolkit", "cloud", "container")  # the folders under tests/, and their markers (pyproject.toml)
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's own, which names each test's group in its id
 def pytest_collection_modifyitems(config, items):
-    """A test whose tier markers are not exactly its folder's stops the run before anything runs. Under
-    `-n 2 --dist loadgroup` (make test) the tiers that run jobs go to one worker, one test after another as in a plain
-    run (their jobs each use both cores, their servers and ports assume it), and the unit tier runs on the other beside
-    them: its 2 minutes on CI's cores were the run's own before."""
+    """A test whose tier markers are not exactly its folder's stops the run before anything runs."""
     wrong = []
     for item in items:
         tier = os.path.relpath(str(item.path), os.path.join(ROOT, "tests")).split(os.sep)[0]
         if [t for t in TIERS if item.get_closest_marker(t)] != [tier]:
             wrong.append(item.nodeid)
-        elif tier != "unit":
-            item.add_marker(pytest.mark.xdist_group("jobs"))
     if wrong:
         raise pytest.UsageError(f"{len(wrong)} tests lack their folder's tier marker (pytestmark), e.g. {wrong[0]}")
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """`make test` (-n 2 --dist loadscope): the tiers that run jobs are one scope, run by one worker one test after
+    another as in a plain run (each job uses both cores; their servers, images and ports assume it), and each unit test
+    is a scope of its own, run by the other worker beside them: the unit tier's 2 minutes on CI's cores were the run's
+    own before. (xdist's loadgroup would do it by a marker, but xdist 3.8 names a group in `item._nodeid`, which
+    pytest 9 no longer reads: every test ran anywhere.)"""
+    if config.getvalue("dist") != "loadscope":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class JobsApart(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:  # xdist's own point of change (its loadfile overrides it too)
+            return nodeid if nodeid.startswith("tests/unit/") else "jobs"
+
+    return JobsApart(config, log)
 
 
 @pytest.hookimpl(hookwrapper=True)

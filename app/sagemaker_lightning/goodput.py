@@ -94,7 +94,7 @@ def steady(then: float, since: float) -> float:
 class Attempt:
     """This attempt's timeline on global rank 0 (module docstring), and the records of the attempts before it."""
 
-    def __init__(self, ledger: Ledger, start: float, checkpoint=None, wall=None):
+    def __init__(self, ledger: Ledger, start: float, *, checkpoint=None, wall=None):
         """checkpoint: the ModelCheckpoint whose directory holds the ledger (its dirpath is known once it is set up);
         wall: the wall clock, by default time.time() now, advanced by the monotonic clock from then on: the terms are
         timed on that clock, so a step of the wall clock (an NTP correction) moves neither the wall time nor a term

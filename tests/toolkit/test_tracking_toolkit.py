@@ -149,7 +149,15 @@ def test_a_continued_run_skips_the_steps_it_holds_and_keeps_its_parameters(mlflo
     from sagemaker_lightning.tracking import mlflow_run
 
     client, recorded = connect(mlflow_server.url), []
-    first = mlflow_run.Run(mlflow_server.url, "direct", "job-1", {}, None, lambda *ids: recorded.append(ids), "job-1")
+    first = mlflow_run.Run(
+        uri=mlflow_server.url,
+        experiment="direct",
+        name="job-1",
+        tags={},
+        continues=None,
+        opened=lambda *ids: recorded.append(ids),
+        job="job-1",
+    )
     first.params({"lr": "0.1", "epochs": "3"})
     for step in range(1, 6):
         first.log({"train/loss": 1.0 / step}, step)
@@ -159,7 +167,13 @@ def test_a_continued_run_skips_the_steps_it_holds_and_keeps_its_parameters(mlflo
     assert client.get_run(run_id).info.status == "FAILED"
 
     second = mlflow_run.Run(
-        mlflow_server.url, "direct", "job-1", {}, run_id, lambda *ids: recorded.append(ids), "job-1"
+        uri=mlflow_server.url,
+        experiment="direct",
+        name="job-1",
+        tags={},
+        continues=run_id,
+        opened=lambda *ids: recorded.append(ids),
+        job="job-1",
     )
     assert second.is_open.wait(30) and client.get_run(run_id).info.status == "RUNNING"
     second.params({"lr": "0.2", "epochs": "3", "new": "x"})
@@ -184,7 +198,17 @@ def tracked(url: str, experiment: str, job: str | None, dirpath: str, step: int 
 
     from sagemaker_lightning.tracking.tracker import Tracker
 
-    tracker = Tracker(url, experiment, job, {}, "localhost", None, False, False, lambda: "seed: 1")
+    tracker = Tracker(
+        uri=url,
+        experiment=experiment,
+        job=job,
+        tags={},
+        host="localhost",
+        model_dir=None,
+        log_model=False,
+        system_metrics=False,
+        config_yaml=lambda: "seed: 1",
+    )
     checkpoint = SimpleNamespace(dirpath=dirpath)
     trainer = SimpleNamespace(is_global_zero=True, global_step=step, checkpoint_callback=checkpoint)
     tracker.on_fit_start(trainer, None)

@@ -180,7 +180,7 @@ def test_a_killed_attempts_steps_after_its_last_save_are_trained_again_and_said(
     clock = Clocks()
     ledger = goodput.Ledger()
     ledger.clock = clock
-    second = goodput.Attempt(ledger, clock.now, SimpleNamespace(dirpath=str(tmp_path)), wall=clock)
+    second = goodput.Attempt(ledger, clock.now, checkpoint=SimpleNamespace(dirpath=str(tmp_path)), wall=clock)
     second.resumed(saved, 4, goodput_file.read(str(tmp_path)))
     callback = made(goodput.Goodput, pl)(second)
     callback.clock = clock
@@ -225,7 +225,9 @@ def test_the_ledgers_write_holds_no_step_and_one_that_fails_is_said_once_and_ret
 
     monkeypatch.setattr(atomic, "write", slow_then_throttled)
     clock = Clocks()
-    attempt = goodput.Attempt(goodput.Ledger(), clock.now, SimpleNamespace(dirpath=str(tmp_path)), wall=clock)
+    attempt = goodput.Attempt(
+        goodput.Ledger(), clock.now, checkpoint=SimpleNamespace(dirpath=str(tmp_path)), wall=clock
+    )
     callback = made(goodput.Goodput, pl)(attempt)
     callback.clock = clock
     trainer = SimpleNamespace(is_global_zero=True, global_step=0, logger=None)

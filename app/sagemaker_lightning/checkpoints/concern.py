@@ -25,7 +25,9 @@ def resume_point(model_checkpoint, model, sharded: bool, announce: bool) -> Resu
     if not (model_checkpoint and model_checkpoint.dirpath):
         return None
     strict = getattr(model, "strict_loading", True)
-    return ResumePoint(model_checkpoint.dirpath, model.state_dict(), strict, sharded, announce)
+    return ResumePoint(
+        dirpath=model_checkpoint.dirpath, model=model.state_dict(), strict=strict, sharded=sharded, announce=announce
+    )
 
 
 def concern(ctx: Context) -> Part:
@@ -50,8 +52,10 @@ def concern(ctx: Context) -> Part:
         from sagemaker_lightning.checkpoints.sharded_writer import ShardedWriter
 
         shards = functools.partial(ShardedWriter, timeout_s=plan.timeout_s)
-    io = made(AtomicCheckpointIO, pl)(point, ctx.status.busy, ledger, shards)
-    last = made(LastCheckpoint, pl)(every, ctx.model_checkpoint, unprotected, point, grace, ledger, io)
+    io = made(AtomicCheckpointIO, pl)(resume_point=point, busy=ctx.status.busy, ledger=ledger, sharded=shards)
+    last = made(LastCheckpoint, pl)(
+        every, ctx.model_checkpoint, unprotected=unprotected, resume_point=point, grace_s=grace, ledger=ledger, io=io
+    )
     cache = [made(CompileCache, pl)(ctx.model_checkpoint)] if config["compile_cache"] else []
 
     def attach(trainer) -> None:

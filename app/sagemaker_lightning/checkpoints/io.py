@@ -127,7 +127,7 @@ class AtomicCheckpointIO:
 
     BASE = "plugins.io.TorchCheckpointIO"
 
-    def __init__(self, resume_point=None, busy=None, ledger=None, sharded=None):
+    def __init__(self, *, resume_point=None, busy=None, ledger=None, sharded=None):
         """busy: the process's Status.busy (health/status.py): a wait for a write marked so is no hang to the
         watchdog; ledger: the attempt's goodput.Ledger, where a read is the restore's time and what a save holds the
         training for its stall; sharded: under fsdp, what makes the writer of its sharded saves from this one's whole-file

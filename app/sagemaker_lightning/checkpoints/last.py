@@ -101,6 +101,7 @@ class LastCheckpoint:
         self,
         every_n_steps: int | None,
         checkpoint,
+        *,
         unprotected: str | None = None,
         resume_point=None,
         grace_s=None,

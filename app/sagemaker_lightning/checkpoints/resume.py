@@ -137,7 +137,7 @@ class ResumePoint:
     symbolic link (last.ckpt, fsdp's last.ckpt/ or a save in it, a best checkpoint) fails the job here, in one line:
     the saves would write and delete where it points (location.unlinked)."""
 
-    def __init__(self, dirpath: str, model: Mapping | None, strict: bool, sharded: bool, announce: bool):
+    def __init__(self, *, dirpath: str, model: Mapping | None, strict: bool, sharded: bool, announce: bool):
         """model: its state dict; strict: its strict_loading; sharded: under fsdp; announce: on global rank 0,
         where a save skipped as cut short is said."""
         self.dirpath, self.model, self.strict = dirpath, model, strict

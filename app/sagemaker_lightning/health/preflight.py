@@ -222,7 +222,7 @@ class Preflight:
 
     BASE = "callbacks.Callback"
 
-    def __init__(self, plan, mode: str = "warn", min_busbw: float | None = None, root: str = "/"):
+    def __init__(self, plan, *, mode: str = "warn", min_busbw: float | None = None, root: str = "/"):
         self.plan, self.mode, self.min_busbw, self.root = plan, mode, min_busbw, root
 
     def setup(self, trainer, pl_module, stage):
@@ -295,6 +295,5 @@ def concern(ctx: Context) -> Part:
     """Preflight, in a job."""
     if not ctx.plan.in_job:
         return Part()
-    return Part(
-        callbacks=[made(Preflight, ctx.pl)(ctx.plan, ctx.config["preflight"], ctx.config["preflight_min_busbw"])]
-    )
+    mode, min_busbw = ctx.config["preflight"], ctx.config["preflight_min_busbw"]
+    return Part(callbacks=[made(Preflight, ctx.pl)(ctx.plan, mode=mode, min_busbw=min_busbw)])

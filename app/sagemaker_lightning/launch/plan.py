@@ -43,9 +43,10 @@ FR_BUFFER_SIZE = "256"  # collectives torch's flight recorder keeps per process:
 # heartbeat reads them all (2,000: a 45 ms JSON dump every 2 s, 2 AMD EPYC cores, torch 2.14.1; 256: a few ms)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Reading:
-    """What a plan was made from besides the trainer's settings, kept so that completing it reads nothing again."""
+    """What a plan was made from besides the trainer's settings, kept so that completing it reads nothing again: each
+    field is make_plan's argument of its name."""
 
     env: Mapping[str, str]  # the environment, as read
     interfaces: Collection[str]  # the network interfaces here
@@ -56,23 +57,23 @@ class Reading:
     hyperparameters: Mapping[str, Any]  # the job's, typed, without SageMaker's own (hyperparameters.projects)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Plan:
-    """Where this process stands in its job. No platform recognised: launcher "none", one host, nothing to set."""
+    """Where this process stands in its job. The defaults: no platform recognised, one host, nothing to set."""
 
-    launcher: str  # who started this process: "process" (PER_HOST), "torchrun", "mpirun", "srun" or "none"
-    hosts: tuple[str, ...]  # the job's hosts by node rank (SageMaker's sorted: algo-1, algo-2, ...; unnamed: node-<i>)
-    node_rank: int  # this host's index in `hosts`
-    processes_per_host: int  # training processes on each host (trainer.devices)
-    master_addr: str  # the first host: torch.distributed's rendezvous
-    master_port: str
-    backend: str | None  # "smddp" when the job enables SMDDP; None: Lightning's choice (NCCL on GPUs, gloo on CPUs)
-    timeout_s: int  # dist_timeout: joining and every collective
-    channels: Mapping[str, str]  # the job's input channels: name → directory
-    data_channel: str  # the channel that holds the data: `training`, or the one DATA_CHANNEL names
-    checkpoint_dir: str | None  # synced to checkpoint_s3_uri and restored on a restarted job
-    model_dir: str | None  # packed into model.tar.gz
-    output_data_dir: str | None  # packed into output.tar.gz
+    launcher: str = "none"  # who started this process: "process" (PER_HOST), "torchrun", "mpirun", "srun" or "none"
+    hosts: tuple[str, ...] = ("localhost",)  # the job's hosts by node rank (SageMaker's sorted: algo-1, algo-2, ...)
+    node_rank: int = 0  # this host's index in `hosts`
+    processes_per_host: int = 1  # training processes on each host (trainer.devices)
+    master_addr: str = "localhost"  # the first host: torch.distributed's rendezvous
+    master_port: str = DEFAULT_MASTER_PORT
+    backend: str | None = None  # "smddp" when the job enables SMDDP; None: Lightning's (NCCL on GPUs, gloo on CPUs)
+    timeout_s: int = DEFAULT_TIMEOUT_S  # dist_timeout: joining and every collective
+    channels: Mapping[str, str] = field(default_factory=dict)  # the job's input channels: name → directory
+    data_channel: str = ""  # the channel that holds the data: `training`, or the one DATA_CHANNEL names
+    checkpoint_dir: str | None = None  # synced to checkpoint_s3_uri and restored on a restarted job
+    model_dir: str | None = None  # packed into model.tar.gz
+    output_data_dir: str | None = None  # packed into output.tar.gz
     env: Mapping[str, str | None] = field(default_factory=dict)  # variables to set (None: to unset)
     instance_type: str = ""  # SM_CURRENT_INSTANCE_TYPE: "ml.p5.48xlarge"; "local" in local mode
     gpus: int = 0  # SM_NUM_GPUS: the GPUs the toolkit found on this host (elsewhere: the GPUs torch sees)
@@ -168,11 +169,8 @@ class Plan:
         self, accelerator="auto", devices="auto", timeout_s=DEFAULT_TIMEOUT_S, workers=True, max_restarts=None
     ) -> "Plan":
         """This plan with the trainer's resolved settings (make_plan's), made from the same reading."""
-        r = self.reading
-        return make_plan(
-            r.env, r.interfaces, accelerator, devices, timeout_s, r.checkpoint_dir, workers, r.gpus, r.hostname,
-            max_restarts, r.objective, r.hyperparameters,
-        )  # fmt: skip
+        settings = {"accelerator": accelerator, "devices": devices, "timeout_s": timeout_s, "workers": workers}
+        return make_plan(**vars(self.reading), **settings, max_restarts=max_restarts)
 
     def line(self) -> str:
         """The plan in one line, as rank 0 prints it at the start."""
@@ -238,12 +236,19 @@ def make_plan(
     (hyperparameters.objective), whose checkpoints then go to a folder of the child's own (paths.child_checkpoint_dir);
     `hyperparameters`: the job's, typed (hyperparameters.projects), as its arguments (cli/arguments.py)."""
     check_timeout(timeout_s)  # off any platform too: the strategy gets it
-    reading = Reading(env, interfaces, checkpoint_dir, objective, gpus, hostname, hyperparameters or {})
+    reading = Reading(
+        env=env,
+        interfaces=interfaces,
+        checkpoint_dir=checkpoint_dir,
+        objective=objective,
+        gpus=gpus,
+        hostname=hostname,
+        hyperparameters=hyperparameters or {},
+    )
     per_host = wanted(env, accelerator, devices, gpus)
     found = recognise(env, per_host, hostname, max_restarts=max_restarts, timeout_s=timeout_s)
     if found is None:
-        none = ("none", ("localhost",), 0, 1, "localhost", DEFAULT_MASTER_PORT, None, timeout_s, {}, "")
-        return Plan(*none, None, None, None, reading=reading)
+        return Plan(timeout_s=timeout_s, reading=reading)
     out, on_sagemaker = dict(found.env), found.platform == "SageMaker"
     out.update(network.network_env(env, interfaces, workers))
     output_data_dir = paths.output_data_dir(env) if on_sagemaker else None

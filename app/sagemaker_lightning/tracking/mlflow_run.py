@@ -45,6 +45,7 @@ class Run:
 
     def __init__(
         self,
+        *,
         uri: str,
         experiment: str,
         name: str | None,

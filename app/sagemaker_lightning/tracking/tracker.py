@@ -52,6 +52,7 @@ class Tracker:
 
     def __init__(
         self,
+        *,
         uri,
         experiment,
         job,
@@ -100,7 +101,14 @@ class Tracker:
                     write_record(directory, kept)
 
             self.run = mlflow_run.Run(
-                self.uri, self.experiment, self.job, self.tags, continues, opened, self.identity, explicit
+                uri=self.uri,
+                experiment=self.experiment,
+                name=self.job,
+                tags=self.tags,
+                continues=continues,
+                opened=opened,
+                job=self.identity,
+                explicit=explicit,
             )
             self.run.params(mlflow_client.flat(_loaded(self.config_yaml())))
         if self.loggers or self.system_metrics:
@@ -231,17 +239,17 @@ def concern(ctx: Context) -> Part:
         config["mlflow.experiment_name"], os.environ, own[0]._experiment_name if own else None, job
     )
     tracker = made(Tracker, pl)(
-        uri,
-        experiment,
-        job,
-        {k: v for k, v in tags.items() if v},
-        plan.host,
-        config["model_dir"],
-        config["mlflow.log_model"],
-        config["mlflow.system_metrics"],
-        ctx.config_yaml,
-        own,
-        ctx.goodput,
+        uri=uri,
+        experiment=experiment,
+        job=job,
+        tags={k: v for k, v in tags.items() if v},
+        host=plan.host,
+        model_dir=config["model_dir"],
+        log_model=config["mlflow.log_model"],
+        system_metrics=config["mlflow.system_metrics"],
+        config_yaml=ctx.config_yaml,
+        loggers=own,
+        goodput=ctx.goodput,
     )
     for item in own:
         _through(tracker, item)

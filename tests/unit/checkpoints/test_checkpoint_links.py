@@ -86,7 +86,7 @@ def test_a_link_among_the_checkpoints_fails_the_start_in_one_line(tmp_path, plan
     os.symlink(target, link)
     before = held(outside)
     with pytest.raises(UserError) as raised:
-        resume.ResumePoint(str(ckpts), None, True, sharded, True)
+        resume.ResumePoint(dirpath=str(ckpts), model=None, strict=True, sharded=sharded, announce=True)
     refused_link(raised, link)
     assert held(outside) == before
 

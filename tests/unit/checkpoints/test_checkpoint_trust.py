@@ -154,11 +154,13 @@ class WithPath(BoringModel):
 def fit(tmp_path, model, steps: int, **checkpoint):
     """A fit with the runtime's checkpointing: last.ckpt every step, resumed from when there is one."""
     top = PL.callbacks.ModelCheckpoint(dirpath=tmp_path / "ckpts", **checkpoint)
-    point = resume.ResumePoint(str(tmp_path / "ckpts"), model.state_dict(), True, False, True)
+    point = resume.ResumePoint(
+        dirpath=str(tmp_path / "ckpts"), model=model.state_dict(), strict=True, sharded=False, announce=True
+    )
     trainer = PL.Trainer(
         max_steps=steps,
-        callbacks=[top, made(LastCheckpoint, PL)(1, top, None, point)],
-        plugins=[made(io.AtomicCheckpointIO, PL)(point)],
+        callbacks=[top, made(LastCheckpoint, PL)(1, top, resume_point=point)],
+        plugins=[made(io.AtomicCheckpointIO, PL)(resume_point=point)],
         limit_val_batches=0,
         logger=False,
         enable_progress_bar=False,

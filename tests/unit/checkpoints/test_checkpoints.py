@@ -71,7 +71,7 @@ def test_where_no_sigterm_arrives_last_ckpt_comes_by_measured_steps(tmp_path, ca
     """every_n_steps=None without SIGTERM: after the measured steps, an interval of about a minute of training
     (here, tiny steps: many), the same on every rank, and rank 0 names the bound."""
     model_checkpoint = pytorch_lightning.callbacks.ModelCheckpoint(dirpath=str(tmp_path))
-    last = made(last_checkpoint.LastCheckpoint, pytorch_lightning)(None, model_checkpoint, "PID 1 is bash")
+    last = made(last_checkpoint.LastCheckpoint, pytorch_lightning)(None, model_checkpoint, unprotected="PID 1 is bash")
     trainer = quiet_trainer([model_checkpoint, last], max_steps=6)
     trainer.fit(BoringModel())
     assert last.every_n_steps > 6  # a minute of these steps is many more than 6

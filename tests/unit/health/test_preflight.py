@@ -278,7 +278,7 @@ def judging(rank: int, port: int, out) -> None:
     outcomes = {}
     for case, (mode, min_busbw, gpus) in CASES.items():
         env = {"SM_HOSTS": json.dumps(HOSTS), "SM_CURRENT_HOST": HOSTS[rank], "SM_NUM_GPUS": str(gpus.get(rank, 0))}
-        check = preflight.Preflight(make_plan(env, {"eth0"}), mode, min_busbw)
+        check = preflight.Preflight(make_plan(env, {"eth0"}), mode=mode, min_busbw=min_busbw)
         called.clear()
         said.clear()
         try:

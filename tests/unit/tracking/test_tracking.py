@@ -210,7 +210,7 @@ def test_a_failed_request_is_retried_only_where_an_answer_may_come(error, meanin
 
 def test_a_server_nobody_answers_at_costs_one_line_and_a_bounded_end(free_port, capsys):
     uri = f"http://127.0.0.1:{free_port()}"  # nothing listens there: every request is refused at once
-    run = mlflow_run.Run(uri, "e", "job", {}, None, lambda *_: None)
+    run = mlflow_run.Run(uri=uri, experiment="e", name="job", tags={}, continues=None, opened=lambda *_: None)
     run.params({"a": "1"})
     for step in range(1, 50):
         run.log({"train/loss": 0.5}, step)
@@ -235,7 +235,7 @@ def test_a_server_that_accepts_and_never_answers_is_given_up_after_the_request_t
         silent.bind(("127.0.0.1", 0))
         silent.listen(16)
         uri = f"http://127.0.0.1:{silent.getsockname()[1]}"
-        run = mlflow_run.Run(uri, "e", "job", {}, None, lambda *_: None)
+        run = mlflow_run.Run(uri=uri, experiment="e", name="job", tags={}, continues=None, opened=lambda *_: None)
         run.log({"train/loss": 0.5}, 1)
         deadline = time.monotonic() + 30
         while run._trouble is None:

@@ -15,7 +15,7 @@ DEFAULT_TIMEOUT_S = 600  # seconds a rank waits for the others (dist_timeout); t
 PER_HOST = "process"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Cluster:
     """What a platform's variables say about this process's job."""
 

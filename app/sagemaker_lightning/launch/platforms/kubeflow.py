@@ -59,4 +59,14 @@ def pet(env: Mapping[str, str], wanted: int, hostname: str, **options) -> Cluste
     if env.get("PET_RDZV_BACKEND", "static") != "static" and "PET_RDZV_CONF" not in env:
         torchrun.append(join_timeout(options))
     hosts = names(pods, node_rank, hostname)
-    return Cluster("Kubeflow", PER_HOST, hosts, node_rank, per_host, master, port, {}, tuple(torchrun))
+    return Cluster(
+        platform="Kubeflow",
+        launcher=PER_HOST,
+        hosts=hosts,
+        node_rank=node_rank,
+        processes_per_host=per_host,
+        master_addr=master,
+        master_port=port,
+        env={},
+        torchrun=tuple(torchrun),
+    )

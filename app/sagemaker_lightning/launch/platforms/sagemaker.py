@@ -128,4 +128,14 @@ def cluster(env: Mapping[str, str], wanted: int, **options) -> Cluster:
             SM_CURRENT_HOST=names[node_rank],
         )
     torchrun = torchrun_options(env, names, master, port, per_host, **options) if mode == PER_HOST else ()
-    return Cluster("SageMaker", mode, tuple(names), node_rank, per_host, master, port, out, torchrun)
+    return Cluster(
+        platform="SageMaker",
+        launcher=mode,
+        hosts=tuple(names),
+        node_rank=node_rank,
+        processes_per_host=per_host,
+        master_addr=master,
+        master_port=port,
+        env=out,
+        torchrun=torchrun,
+    )

@@ -85,7 +85,17 @@ def cluster(env: Mapping[str, str], wanted: int, hostname: str) -> Cluster:
     master, port = hosts[0], master_port(env)
     if per_host == 1 and wanted > 1:
         torchrun = static_torchrun(count, node_rank, master, port, wanted)
-        return Cluster("Slurm", PER_HOST, tuple(hosts), node_rank, wanted, master, port, {}, torchrun)
+        return Cluster(
+            platform="Slurm",
+            launcher=PER_HOST,
+            hosts=tuple(hosts),
+            node_rank=node_rank,
+            processes_per_host=wanted,
+            master_addr=master,
+            master_port=port,
+            env={},
+            torchrun=torchrun,
+        )
     out = {
         "MASTER_ADDR": master,
         "MASTER_PORT": port,
@@ -97,7 +107,16 @@ def cluster(env: Mapping[str, str], wanted: int, hostname: str) -> Cluster:
         "PL_TRAINER_NUM_NODES": str(count),
         "PL_TRAINER_DEVICES": str(per_host),
     }
-    return Cluster("Slurm", "srun", tuple(hosts), node_rank, per_host, master, port, out)
+    return Cluster(
+        platform="Slurm",
+        launcher="srun",
+        hosts=tuple(hosts),
+        node_rank=node_rank,
+        processes_per_host=per_host,
+        master_addr=master,
+        master_port=port,
+        env=out,
+    )
 
 
 def master_port(env: Mapping[str, str]) -> str:
@@ -119,4 +138,13 @@ def batch(env: Mapping[str, str], wanted: int, hostname: str, nodes: int) -> Clu
     port = master_port(env)
     out = {"MASTER_ADDR": hostname, "MASTER_PORT": port, "NODE_RANK": "0", "WORLD_SIZE": str(wanted)}
     out.update(PL_TRAINER_NUM_NODES="1", PL_TRAINER_DEVICES=str(wanted))
-    return Cluster("Slurm", PER_HOST, (hostname,), 0, wanted, hostname, port, out)
+    return Cluster(
+        platform="Slurm",
+        launcher=PER_HOST,
+        hosts=(hostname,),
+        node_rank=0,
+        processes_per_host=wanted,
+        master_addr=hostname,
+        master_port=port,
+        env=out,
+    )

@@ -32,7 +32,24 @@ def cluster(env: Mapping[str, str], wanted: int, hostname: str) -> Cluster:
     hosts = names(pods, rank, hostname)
     if wanted > 1:
         return Cluster(
-            PLATFORM, PER_HOST, hosts, rank, wanted, master, port, {}, static_torchrun(pods, rank, master, port, wanted)
+            platform=PLATFORM,
+            launcher=PER_HOST,
+            hosts=hosts,
+            node_rank=rank,
+            processes_per_host=wanted,
+            master_addr=master,
+            master_port=port,
+            env={},
+            torchrun=static_torchrun(pods, rank, master, port, wanted),
         )
     out = {"MASTER_PORT": port, "NODE_RANK": str(rank), "PL_TRAINER_NUM_NODES": str(pods), "PL_TRAINER_DEVICES": "1"}
-    return Cluster(PLATFORM, PER_HOST, hosts, rank, 1, master, port, out)
+    return Cluster(
+        platform=PLATFORM,
+        launcher=PER_HOST,
+        hosts=hosts,
+        node_rank=rank,
+        processes_per_host=1,
+        master_addr=master,
+        master_port=port,
+        env=out,
+    )

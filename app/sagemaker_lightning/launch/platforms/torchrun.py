@@ -34,4 +34,13 @@ def cluster(env: Mapping[str, str], hostname: str) -> Cluster:
     hosts = names(count, node_rank, hostname)
     out = {"PL_TRAINER_NUM_NODES": str(count), "PL_TRAINER_DEVICES": str(per_host)}
     master, port = env.get("MASTER_ADDR", "localhost"), env.get("MASTER_PORT", DEFAULT_MASTER_PORT)
-    return Cluster(below(env), "torchrun", hosts, node_rank, per_host, master, port, out)
+    return Cluster(
+        platform=below(env),
+        launcher="torchrun",
+        hosts=hosts,
+        node_rank=node_rank,
+        processes_per_host=per_host,
+        master_addr=master,
+        master_port=port,
+        env=out,
+    )
