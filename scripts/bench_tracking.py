@@ -40,7 +40,7 @@ def main() -> int:
     import mlflow
     import torch
 
-    from sagemaker_lightning.cli import lightning_package
+    from sagemaker_lightning.toolbox import lightning_package
     from sagemaker_lightning.tracking import mlflow_run
     from sagemaker_lightning.tracking import tracker as tracking
 

@@ -36,9 +36,9 @@ import time
 import uuid
 
 from sagemaker_lightning import goodput_file, lines
-from sagemaker_lightning.cli.concern import Context, Part
-from sagemaker_lightning.cli.lightning_package import made
 from sagemaker_lightning.lines import say
+from sagemaker_lightning.toolbox.concern import Context, Part
+from sagemaker_lightning.toolbox.lightning_package import made
 
 TERMS = ("start-up", "restore", "checkpoint stall", "steps trained again", "data wait", "validation", "training", "end")
 
@@ -294,5 +294,5 @@ class Goodput:
 
 def concern(ctx: Context) -> Part:
     """Goodput in a job, after every checkpoint callback (a stop's save is accounted) and before the MLflow run's end
-    (which logs its figures): cli/concern.py."""
+    (which logs its figures): toolbox/concern.py."""
     return Part(after_checkpoints=[made(Goodput, ctx.pl)(ctx.goodput)] if ctx.plan.in_job else [])

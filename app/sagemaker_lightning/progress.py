@@ -16,9 +16,9 @@ import torch
 from torch.distributed.tensor import DTensor
 
 from sagemaker_lightning import lines
-from sagemaker_lightning.cli.concern import Context, Part
-from sagemaker_lightning.cli.lightning_package import made
 from sagemaker_lightning.lines import say
+from sagemaker_lightning.toolbox.concern import Context, Part
+from sagemaker_lightning.toolbox.lightning_package import made
 
 
 def weights_digest(module: torch.nn.Module) -> str:
@@ -120,7 +120,7 @@ class LogLines:
     BASE = "callbacks.Callback"
 
     def __init__(self, every_s: float = 30.0, clock=time.monotonic, status=None):
-        """status: the process's (health/status.py), whose `spread` the watchdog writes, if anywhere."""
+        """status: the process's (toolbox/status.py), whose `spread` the watchdog writes, if anywhere."""
         self.every_s, self.clock, self.status = every_s, clock, status
 
     def on_train_start(self, trainer, pl_module):

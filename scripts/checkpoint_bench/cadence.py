@@ -17,7 +17,7 @@ import time
 import lightning.pytorch
 
 from sagemaker_lightning.checkpoints.io import AtomicCheckpointIO
-from sagemaker_lightning.cli.lightning_package import made
+from sagemaker_lightning.toolbox.lightning_package import made
 
 EVERY = 25  # steps between two saves: the issue's
 STEP_S = 3.7 / EVERY  # a step's seconds: the 25 steps in 3.7 s

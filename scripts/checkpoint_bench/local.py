@@ -18,7 +18,7 @@ import torch.multiprocessing
 from checkpoint_bench import state
 from sagemaker_lightning.checkpoints.atomic import replacing
 from sagemaker_lightning.checkpoints.io import AtomicCheckpointIO
-from sagemaker_lightning.cli.lightning_package import made
+from sagemaker_lightning.toolbox.lightning_package import made
 
 ALONE_STEPS = 5  # training steps timed alone just before each background save: its baseline
 

@@ -18,7 +18,7 @@ import torch
 from sagemaker_lightning.checkpoints import s3_transfer
 from sagemaker_lightning.checkpoints import writer as background
 from sagemaker_lightning.checkpoints.io import AtomicCheckpointIO, read
-from sagemaker_lightning.cli.lightning_package import made
+from sagemaker_lightning.toolbox.lightning_package import made
 
 pytestmark = pytest.mark.cloud
 

@@ -19,7 +19,7 @@ from job_lines import ranks
 from test_reliability import finish, paced, read_until
 
 from model import ImageClassifier
-from sagemaker_lightning.checkpoints import location, sharded_saves
+from sagemaker_lightning.checkpoints import layout, sharded_saves
 from sagemaker_lightning.progress import weights_digest
 
 pytestmark = pytest.mark.container
@@ -71,7 +71,7 @@ def test_fsdp_on_two_local_mode_hosts_exports_and_resumes_exactly_after_sigkill_
     finish(job, lines)
     assert job.returncode != 0
     save, _ = sharded_saves.newest_complete(ckpts / "last.ckpt")
-    step = torch.load(save / location.META, weights_only=False)["global_step"]
+    step = torch.load(save / layout.META, weights_only=False)["global_step"]
     assert 4 <= step < 12
 
     code, pace = paced(tmp_path, 0)

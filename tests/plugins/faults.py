@@ -14,7 +14,7 @@ import torch
 from torch.distributed.checkpoint import FileSystemWriter
 
 from sagemaker_lightning.checkpoints import s3_transfer
-from sagemaker_lightning.cli.lightning_package import package
+from sagemaker_lightning.toolbox.lightning_package import package
 
 pl = package()
 

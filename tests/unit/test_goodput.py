@@ -15,8 +15,8 @@ import lightning.pytorch as pl
 import pytest
 
 from sagemaker_lightning import LightningCLI, goodput, goodput_file, lines
-from sagemaker_lightning.cli.lightning_package import made
 from sagemaker_lightning.launch import started
+from sagemaker_lightning.toolbox.lightning_package import made
 
 pytestmark = pytest.mark.unit
 

@@ -16,9 +16,9 @@ from pytorch_lightning.demos.boring_classes import BoringModel
 from torch.utils.data import DataLoader, TensorDataset
 
 from sagemaker_lightning import lines, progress
-from sagemaker_lightning.cli.lightning_package import made
 from sagemaker_lightning.lines import METRICS
 from sagemaker_lightning.progress import LogLines
+from sagemaker_lightning.toolbox.lightning_package import made
 
 pytestmark = pytest.mark.unit
 

@@ -29,14 +29,15 @@ LIGHT = (
     ),
     "sagemaker_lightning.failure",
     "sagemaker_lightning.lines",
-    "sagemaker_lightning.goodput",  # PID 1 records the container's start with its name
-    "sagemaker_lightning.cli.lightning_package",
+    "sagemaker_lightning.goodput",  # its ledger and line: torch-free (the attempt's start is launch/started.py's)
+    "sagemaker_lightning.toolbox.lightning_package",
     "sagemaker_lightning.cli.quiet",
-    "sagemaker_lightning.cli.concern",  # the concerns' shape: no torch until a concern's own module
+    "sagemaker_lightning.toolbox.concern",  # the concerns' shape: no torch until a concern's own module
     "sagemaker_lightning.health.efa",
-    "sagemaker_lightning.health.status",
+    "sagemaker_lightning.toolbox.status",
     "sagemaker_lightning.stop.restarts",
-    "sagemaker_lightning.checkpoints.location",
+    "sagemaker_lightning.checkpoints.layout",
+    "sagemaker_lightning.toolbox.location",
     "sagemaker_lightning.tracking.uri",  # its URI check runs in scripts/run_sagemaker.py too, where no torch is
     "sagemaker_lightning.tracking.record",
     "sagemaker_lightning.tracking.mlflow_client",

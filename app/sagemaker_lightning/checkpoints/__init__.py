@@ -2,7 +2,7 @@
 
 concern.py         the checkpoints' part of the trainer: resume point, callbacks, CheckpointIO
 atomic.py          the atomic write (a partial name, then a rename) and keeping the previous save
-location.py        a location (a URL or a local path), what is inside it, no link on the way to a save's paths
+layout.py          checkpoint.dirpath's names (last.ckpt, last-previous.ckpt, ...), no link on the way to a save's paths
 io.py              reading (weights only, transient failures retried) and writing (AtomicCheckpointIO)
 writer.py          whole-file saves in the background: a snapshot, one writer thread, each state once
 sharded_writer.py  fsdp's sharded saves in the background: DCP's async_save, the previous complete save kept

@@ -23,9 +23,9 @@ import os
 import shutil
 
 import fsspec
-import fsspec.implementations.local
 
-from sagemaker_lightning.checkpoints.location import PREVIOUS, remote, unlinked
+from sagemaker_lightning.checkpoints.layout import PREVIOUS, unlinked
+from sagemaker_lightning.toolbox.location import remote
 
 
 def partial_path(path: str) -> str:
@@ -63,7 +63,7 @@ def write(url: str, data: bytes) -> None:
     """`data` as the file at `url` (a path or an fsspec URL), whole or not at all: written to its partial name and
     renamed here (replacing), put as one object in an object store, which writes whole objects."""
     fs, path = fsspec.core.url_to_fs(url)
-    if isinstance(fs, fsspec.implementations.local.LocalFileSystem):
+    if not remote(url):
         os.makedirs(os.path.dirname(path), exist_ok=True)
         with replacing(path) as partial, open(partial, "wb") as f:
             f.write(data)
@@ -81,7 +81,7 @@ def keep_previous(path: str) -> None:
     target = f"{source.rsplit('/', 1)[0]}/{PREVIOUS}"
     if not fs.exists(source):
         return
-    if isinstance(fs, fsspec.implementations.local.LocalFileSystem):
+    if not remote(path):
         unlinked(source, os.path.dirname(source))  # os.link would link what a link names
         with replacing(target) as partial:
             os.link(source, partial)

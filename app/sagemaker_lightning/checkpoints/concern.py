@@ -1,4 +1,4 @@
-"""The checkpoints' part of the trainer (cli/concern.py): what a restarted job resumes from (ResumePoint), last.ckpt
+"""The checkpoints' part of the trainer (toolbox/concern.py): what a restarted job resumes from (ResumePoint), last.ckpt
 (LastCheckpoint), atomic writes and retried reads (AtomicCheckpointIO), the trained model (Export), torch.compile's
 cache (CompileCache).
 
@@ -13,10 +13,10 @@ from sagemaker_lightning.checkpoints.export import Export
 from sagemaker_lightning.checkpoints.io import AtomicCheckpointIO
 from sagemaker_lightning.checkpoints.last import LastCheckpoint
 from sagemaker_lightning.checkpoints.resume import ResumePoint
-from sagemaker_lightning.cli.concern import Context, Part
-from sagemaker_lightning.cli.lightning_package import made
 from sagemaker_lightning.parallel import fsdp
 from sagemaker_lightning.stop import restarts
+from sagemaker_lightning.toolbox.concern import Context, Part
+from sagemaker_lightning.toolbox.lightning_package import made
 
 
 def resume_point(model_checkpoint, model, sharded: bool, announce: bool) -> ResumePoint | None:

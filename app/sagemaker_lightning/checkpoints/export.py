@@ -21,10 +21,10 @@ import torch
 
 from sagemaker_lightning.checkpoints.atomic import replacing
 from sagemaker_lightning.checkpoints.io import read
-from sagemaker_lightning.checkpoints.location import inside, remote
 from sagemaker_lightning.failure import UserError
 from sagemaker_lightning.lines import say
 from sagemaker_lightning.parallel import fsdp
+from sagemaker_lightning.toolbox.location import inside, remote
 
 
 def write(model_dir: str, state: dict, config_yaml: str) -> str:

@@ -20,13 +20,13 @@ from collections.abc import Callable
 from typing import TypeVar
 
 import fsspec
-import fsspec.implementations.local
 import torch
 
 from sagemaker_lightning.checkpoints import s3_transfer
 from sagemaker_lightning.checkpoints.writer import Writer
 from sagemaker_lightning.failure import UserError
 from sagemaker_lightning.lines import say
+from sagemaker_lightning.toolbox.location import remote
 
 TRIES = 3  # reads of a checkpoint that fail for a transient reason, before the job fails naming the file
 RETRY_S = 2.0  # the wait before the second try, doubled before each next one
@@ -102,7 +102,7 @@ def read(url: str):
         with admitted(url):
             if url.startswith("s3://"):
                 return s3_load(url)
-            if isinstance(fs, fsspec.implementations.local.LocalFileSystem):
+            if not remote(url):
                 # a complete file in torch.save's zip format is mapped, its tensors not read
                 return torch.load(path, map_location="cpu", mmap=zipfile.is_zipfile(path), weights_only=True)
             with fs.open(path, "rb") as f:
@@ -128,7 +128,7 @@ class AtomicCheckpointIO:
     BASE = "plugins.io.TorchCheckpointIO"
 
     def __init__(self, *, resume_point=None, busy=None, ledger=None, sharded=None):
-        """busy: the process's Status.busy (health/status.py): a wait for a write marked so is no hang to the
+        """busy: the process's Status.busy (toolbox/status.py): a wait for a write marked so is no hang to the
         watchdog; ledger: the attempt's goodput.Ledger, where a read is the restore's time and what a save holds the
         training for its stall; sharded: under fsdp, what makes the writer of its sharded saves from this one's whole-file
         writer (sharded_writer.ShardedWriter, given by checkpoints/concern.py: that module reads with this one's)."""

@@ -21,12 +21,13 @@ import time
 
 from sagemaker_lightning import lines
 from sagemaker_lightning.checkpoints.atomic import clear_partials
-from sagemaker_lightning.checkpoints.location import LAST, inside
-from sagemaker_lightning.cli.lightning_package import attribute
+from sagemaker_lightning.checkpoints.layout import LAST
 from sagemaker_lightning.failure import UserError
 from sagemaker_lightning.lines import say
 from sagemaker_lightning.parallel import fsdp
 from sagemaker_lightning.stop import restarts
+from sagemaker_lightning.toolbox.lightning_package import attribute
+from sagemaker_lightning.toolbox.location import inside
 
 AUTO_INTERVAL_S = 60  # where no SIGTERM arrives: last.ckpt about this often, so a stop loses about a minute at most
 MEASURED_STEPS = 3  # steps timed (after the first, which compiles and warms up) to choose that interval
@@ -160,7 +161,7 @@ class LastCheckpoint:
                     "(every last_checkpoint_every_n_steps steps, at each epoch's end, on SIGTERM); ModelCheckpoint's "
                     "own copy is turned off"
                 )
-        # its place in the callbacks, after every ModelCheckpoint (the hub puts it there: cli/concern.py), makes its
+        # its place in the callbacks, after every ModelCheckpoint (the hub puts it there: toolbox/concern.py), makes its
         # on_validation_end see their new best
         # a ModelCheckpoint's top-k update at an epoch's end (validation once an epoch) comes after this callback's
         # on_train_epoch_end: Lightning calls "monitoring" callbacks' hooks after every other's. The last.ckpt saved

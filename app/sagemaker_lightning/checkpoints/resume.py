@@ -20,9 +20,10 @@ import torch
 
 from sagemaker_lightning.checkpoints import sharded_saves
 from sagemaker_lightning.checkpoints.io import read
-from sagemaker_lightning.checkpoints.location import LAST, remote, unlinked
+from sagemaker_lightning.checkpoints.layout import LAST, unlinked
 from sagemaker_lightning.failure import UserError
 from sagemaker_lightning.lines import say
+from sagemaker_lightning.toolbox.location import remote
 
 NEEDED = ("state_dict", "optimizer_states", "loops", "global_step")  # what resuming a fit reads from a checkpoint
 T = TypeVar("T")

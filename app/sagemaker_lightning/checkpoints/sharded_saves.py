@@ -41,9 +41,10 @@ from torch.distributed.checkpoint.state_dict import (
 )
 
 from sagemaker_lightning.checkpoints.io import PATHS, UnsafeGlobal, admitted, refusal
-from sagemaker_lightning.checkpoints.location import LAST, META, METADATA, remote, unlinked
+from sagemaker_lightning.checkpoints.layout import LAST, META, METADATA, unlinked
 from sagemaker_lightning.failure import UserError
 from sagemaker_lightning.lines import say
+from sagemaker_lightning.toolbox.location import remote
 
 # what DCP's .metadata holds (Metadata, pickled whole by FileSystemWriter): its dataclasses, each item's storage info,
 # torch.Size, dtypes, layouts (pickled as torch.serialization._get_layout), the save's path, collections

@@ -33,7 +33,7 @@ from torch.distributed.tensor import DTensor
 
 from sagemaker_lightning import lines
 from sagemaker_lightning.checkpoints.atomic import prune, replacing
-from sagemaker_lightning.checkpoints.location import META, unlinked
+from sagemaker_lightning.checkpoints.layout import META, unlinked
 from sagemaker_lightning.checkpoints.sharded_saves import committer, first_failure, newest_complete, step
 
 

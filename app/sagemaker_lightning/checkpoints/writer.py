@@ -38,10 +38,11 @@ import torch
 from sagemaker_lightning import lines
 from sagemaker_lightning.checkpoints import s3_transfer
 from sagemaker_lightning.checkpoints.atomic import keep_previous, replacing
-from sagemaker_lightning.checkpoints.location import LAST, remote
+from sagemaker_lightning.checkpoints.layout import LAST
 from sagemaker_lightning.failure import UserError
 from sagemaker_lightning.goodput import Goodput
 from sagemaker_lightning.lines import say
+from sagemaker_lightning.toolbox.location import remote
 
 VOLATILE = (Goodput.__qualname__,)  # callbacks' states that change between two saves of one moment: goodput's clock
 

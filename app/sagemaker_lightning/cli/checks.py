@@ -9,10 +9,10 @@ import os
 import tempfile
 from collections.abc import Mapping
 
-from sagemaker_lightning.checkpoints.location import remote
 from sagemaker_lightning.failure import UserError
 from sagemaker_lightning.launch.hosts import unresolved
 from sagemaker_lightning.launch.plan import Plan
+from sagemaker_lightning.toolbox.location import remote
 
 
 def check_writable(paths: Mapping[str, str | None]) -> None:

@@ -36,18 +36,19 @@ from collections.abc import Mapping
 from sagemaker_lightning import failure, goodput, progress
 from sagemaker_lightning.boot import signals
 from sagemaker_lightning.checkpoints import concern as checkpoints
-from sagemaker_lightning.cli import arguments, checks, lightning_package, precision, quiet, redact, settings
-from sagemaker_lightning.cli.concern import CallbackOrder, Context, joined, listed
+from sagemaker_lightning.cli import arguments, checks, precision, quiet, settings
 from sagemaker_lightning.data import training_loader
 from sagemaker_lightning.health import preflight, watchdog
 from sagemaker_lightning.health.heartbeats import PERIOD_S
-from sagemaker_lightning.health.status import Status
 from sagemaker_lightning.launch import hyperparameters, paths, started
 from sagemaker_lightning.launch.plan import Plan, make_plan
 from sagemaker_lightning.launch.platforms.cluster import PER_HOST
 from sagemaker_lightning.lines import say
 from sagemaker_lightning.parallel import lr_scaling, strategy
 from sagemaker_lightning.stop import agreement, process, restarts
+from sagemaker_lightning.toolbox import lightning_package, redact
+from sagemaker_lightning.toolbox.concern import CallbackOrder, Context, joined, listed
+from sagemaker_lightning.toolbox.status import Status
 from sagemaker_lightning.tracking import tracker
 
 LOST_PEER_WAIT_S = 3  # for a process of Lightning's launcher to end, when this one failed in a collective

@@ -14,13 +14,13 @@ from jsonargparse.typing import NonNegativeInt, PositiveFloat
 
 from sagemaker_lightning.checkpoints import compile_cache
 from sagemaker_lightning.checkpoints.last import AUTO_INTERVAL_S
-from sagemaker_lightning.cli import lightning_package
-from sagemaker_lightning.cli.concern import Context, Part
 from sagemaker_lightning.data import decoders
 from sagemaker_lightning.health import preflight, watchdog
 from sagemaker_lightning.launch.plan import DEFAULT_TIMEOUT_S
 from sagemaker_lightning.launch.platforms import kubeflow, sagemaker
 from sagemaker_lightning.parallel.fsdp_sharding import FSDPSettings
+from sagemaker_lightning.toolbox import lightning_package
+from sagemaker_lightning.toolbox.concern import Context, Part
 from sagemaker_lightning.tracking import tracker, uri
 
 

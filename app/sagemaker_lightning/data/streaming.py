@@ -32,11 +32,11 @@ import functools
 import os
 import sys
 
-from sagemaker_lightning.checkpoints.location import inside
 from sagemaker_lightning.data import decoders
 from sagemaker_lightning.data.resumable import continued, seed_all
 from sagemaker_lightning.failure import UserError
 from sagemaker_lightning.lines import say
+from sagemaker_lightning.toolbox.location import inside
 
 ENDPOINT_VARIABLES = ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL")  # botocore's order: the S3 one wins
 INDEX = "index.json"  # what litdata's optimize() writes beside the chunks: a dataset's table of contents

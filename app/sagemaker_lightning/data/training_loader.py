@@ -12,12 +12,12 @@ it, else says which samples it trains again (resumable.continued); Lightning's c
 
 import os
 
-from sagemaker_lightning.cli.concern import Context, Part
-from sagemaker_lightning.cli.lightning_package import attribute, made
 from sagemaker_lightning.data import decoders
 from sagemaker_lightning.data.resumable import ResumableEpoch, resumable, seed_all
 from sagemaker_lightning.data.streaming import StreamingEpochs, is_streaming, prepared
 from sagemaker_lightning.lines import say
+from sagemaker_lightning.toolbox.concern import Context, Part
+from sagemaker_lightning.toolbox.lightning_package import attribute, made
 
 
 def wrapped(loader, trainer):

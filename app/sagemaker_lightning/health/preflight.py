@@ -27,12 +27,12 @@ from dataclasses import dataclass, field
 
 import torch
 
-from sagemaker_lightning.cli.concern import Context, Part
-from sagemaker_lightning.cli.lightning_package import made
 from sagemaker_lightning.failure import UserError
 from sagemaker_lightning.health import efa
 from sagemaker_lightning.launch import instances
 from sagemaker_lightning.lines import say
+from sagemaker_lightning.toolbox.concern import Context, Part
+from sagemaker_lightning.toolbox.lightning_package import made
 
 MiB = 1 << 20
 CPU_SIZES = (1 * MiB, 16 * MiB)  # gloo over TCP: well under a second on 2 CPU cores, loopback

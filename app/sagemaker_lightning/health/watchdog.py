@@ -32,8 +32,6 @@ from collections import deque
 from collections.abc import Mapping
 
 from sagemaker_lightning import failure, lines
-from sagemaker_lightning.cli.concern import Context, Part
-from sagemaker_lightning.cli.lightning_package import made
 from sagemaker_lightning.health import heartbeats, stragglers
 from sagemaker_lightning.health.heartbeats import (
     ABORT,
@@ -47,9 +45,11 @@ from sagemaker_lightning.health.heartbeats import (
     overdue,
     where,
 )
-from sagemaker_lightning.health.status import Status
 from sagemaker_lightning.launch import paths
 from sagemaker_lightning.lines import say
+from sagemaker_lightning.toolbox.concern import Context, Part
+from sagemaker_lightning.toolbox.lightning_package import made
+from sagemaker_lightning.toolbox.status import Status
 
 FLOOR_S = 120.0  # a derived timeout is at least this: a slow first batch of an epoch, validation's end, a save
 TIMES_MEDIAN = 10  # a derived timeout: this many median steps

@@ -37,7 +37,6 @@ except ImportError:  # torch 2.4 and 2.5 (the SMDDP flavors' base) keep FSDP2 un
 
 from sagemaker_lightning.checkpoints import sharded_saves as layout
 from sagemaker_lightning.checkpoints.io import admitted
-from sagemaker_lightning.cli.lightning_package import attribute, made
 from sagemaker_lightning.failure import UserError
 from sagemaker_lightning.launch.plan import DEFAULT_TIMEOUT_S
 from sagemaker_lightning.lines import say
@@ -49,6 +48,7 @@ from sagemaker_lightning.parallel.fsdp_sharding import (
     shard,
     to_device_unsharded,
 )
+from sagemaker_lightning.toolbox.lightning_package import attribute, made
 
 PRECISIONS = ("32-true", "32", "bf16-mixed", "bf16-true")  # 16-mixed needs a sharded gradient scaler: none for FSDP2
 SMDDP = (

@@ -4,9 +4,9 @@ Lightning package (lightning_package.made).
     python app/example/train.py ... --scale_lr_by_world_size true   # lr × number of processes, logged once
 """
 
-from sagemaker_lightning.cli.concern import Context, Part
-from sagemaker_lightning.cli.lightning_package import made
 from sagemaker_lightning.lines import say
+from sagemaker_lightning.toolbox.concern import Context, Part
+from sagemaker_lightning.toolbox.lightning_package import made
 
 
 class LinearLRScaling:

@@ -11,11 +11,11 @@ without a timeout every collective waits torch's 30 minutes. The plan knows who 
 import inspect
 from datetime import timedelta
 
-from sagemaker_lightning.cli.concern import Context, Part, listed
-from sagemaker_lightning.cli.lightning_package import attribute, made
 from sagemaker_lightning.failure import UserError
 from sagemaker_lightning.launch.plan import Plan
 from sagemaker_lightning.parallel import fsdp
+from sagemaker_lightning.toolbox.concern import Context, Part, listed
+from sagemaker_lightning.toolbox.lightning_package import attribute, made
 
 
 class LoneDDP:

@@ -12,8 +12,8 @@ import time
 
 import torch
 
-from sagemaker_lightning.cli import lightning_package
-from sagemaker_lightning.cli.concern import Context, Part
+from sagemaker_lightning.toolbox import lightning_package
+from sagemaker_lightning.toolbox.concern import Context, Part
 
 STOP, DONE = "stop", "done"  # a validation's decision: every rank stops in it; every rank ran its last batch
 PREFIX = "sagemaker_lightning/stop/"  # the validations' keys in the job's store

@@ -19,10 +19,10 @@ import os
 import re
 from collections.abc import Mapping
 
-from sagemaker_lightning.checkpoints.location import remote
 from sagemaker_lightning.launch.plan import UNSHARED_STORE
 from sagemaker_lightning.launch.platforms import kubeflow, sagemaker
 from sagemaker_lightning.lines import say
+from sagemaker_lightning.toolbox.location import remote
 
 STOP_MARGIN_S = 5  # what a stop takes besides the save: the ranks' agreement, the process's exit
 EPHEMERAL_ROOTS = ("kubernetes.io~empty-dir",)  # a volume that goes with its pod (mountinfo's root field)

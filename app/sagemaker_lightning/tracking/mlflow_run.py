@@ -22,8 +22,8 @@ import time
 from collections import deque
 from collections.abc import Callable, Mapping
 
-from sagemaker_lightning.cli.redact import shown_url
 from sagemaker_lightning.lines import say
+from sagemaker_lightning.toolbox.redact import shown_url
 from sagemaker_lightning.tracking.mlflow_client import MAX_VALUE, connect, key, kind, why
 from sagemaker_lightning.tracking.record import JOB, refusal
 

@@ -11,8 +11,8 @@ import json
 import os
 import posixpath
 
-from sagemaker_lightning.checkpoints.location import LOCAL
 from sagemaker_lightning.lines import say
+from sagemaker_lightning.toolbox.location import LOCAL
 
 RECORD = "mlflow-run.json"  # the run a restarted job continues: in checkpoint.dirpath, and in model_dir
 JOB = "sagemaker_lightning.job"  # the run's tag naming the job that made it (identity); set once, when it is made

@@ -30,11 +30,11 @@ import json
 import os
 import time
 
-from sagemaker_lightning.cli.concern import Context, Part, listed
-from sagemaker_lightning.cli.lightning_package import attribute, made
-from sagemaker_lightning.cli.redact import redacted, shown_url
 from sagemaker_lightning.failure import UserError
 from sagemaker_lightning.lines import say
+from sagemaker_lightning.toolbox.concern import Context, Part, listed
+from sagemaker_lightning.toolbox.lightning_package import attribute, made
+from sagemaker_lightning.toolbox.redact import redacted, shown_url
 from sagemaker_lightning.tracking.record import continued, identity, read_record, write_record
 from sagemaker_lightning.tracking.uri import check_uri, experiment_name
 

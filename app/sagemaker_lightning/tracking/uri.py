@@ -8,8 +8,8 @@ checks --mlflow with it too.
 import re
 from urllib.parse import urlsplit
 
-from sagemaker_lightning.cli.redact import shown_url
 from sagemaker_lightning.failure import UserError
+from sagemaker_lightning.toolbox.redact import shown_url
 
 DEFAULT_EXPERIMENT = "sagemaker-lightning"  # a run's experiment when nothing names one and no job name is known
 ARN = re.compile(r"arn:aws[a-z-]*:sagemaker:[a-z0-9-]+:\d{12}:mlflow-(tracking-server|app)/[A-Za-z0-9][A-Za-z0-9-]*")

@@ -34,10 +34,10 @@ from torch.distributed.checkpoint import FileSystemWriter
 from oracle import project
 from sagemaker_lightning import LightningCLI
 from sagemaker_lightning.boot import signals
-from sagemaker_lightning.cli.lightning_package import made
 from sagemaker_lightning.data.resumable import ResumableEpoch
 from sagemaker_lightning.stop import process
 from sagemaker_lightning.stop.agreement import StopTogether
+from sagemaker_lightning.toolbox.lightning_package import made
 
 PACKAGES = {"lightning.pytorch": lightning.pytorch, "pytorch_lightning": pytorch_lightning}
 SETTINGS = (  # 2 epochs, a validation every 2 steps and at each epoch's end, last.ckpt every 3 steps too

@@ -12,7 +12,7 @@ import gc
 from oracle import project
 from oracle.rank import PACKAGES
 from sagemaker_lightning import LightningCLI
-from sagemaker_lightning.cli.lightning_package import made
+from sagemaker_lightning.toolbox.lightning_package import made
 
 for pl in PACKAGES.values():
     LightningCLI(made(project.Tiny, pl), made(project.UserData, pl), run=False, args=["--trainer.logger=false"])

@@ -19,8 +19,8 @@ import torch
 
 from sagemaker_lightning.checkpoints import writer as background
 from sagemaker_lightning.checkpoints.io import AtomicCheckpointIO
-from sagemaker_lightning.cli.lightning_package import made
 from sagemaker_lightning.failure import UserError
+from sagemaker_lightning.toolbox.lightning_package import made
 
 pytestmark = pytest.mark.unit
 

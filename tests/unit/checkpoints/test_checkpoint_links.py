@@ -12,7 +12,7 @@ import pytest
 import torch
 from sharded_save import save
 
-from sagemaker_lightning.checkpoints import atomic, location, resume
+from sagemaker_lightning.checkpoints import atomic, layout, resume
 from sagemaker_lightning.failure import UserError
 
 pytestmark = pytest.mark.unit
@@ -113,5 +113,5 @@ def test_a_link_made_while_the_job_trains_is_neither_written_through_nor_pruned(
     with pytest.raises(UserError) as raised:
         atomic.keep_previous(str(ckpts / "last.ckpt"))
     refused_link(raised, ckpts / "last.ckpt")
-    assert not (ckpts / location.PREVIOUS).exists()
+    assert not (ckpts / layout.PREVIOUS).exists()
     assert held(outside) == before

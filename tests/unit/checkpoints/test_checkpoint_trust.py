@@ -21,13 +21,14 @@ from lightning.pytorch.demos.boring_classes import BoringModel
 from sharded_save import save
 from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_optimizer_state_dict
 
-from sagemaker_lightning.checkpoints import io, location, resume, sharded_saves
+from sagemaker_lightning.checkpoints import io, layout, resume, sharded_saves
 from sagemaker_lightning.checkpoints.export import Export
 from sagemaker_lightning.checkpoints.io import UnsafeGlobal
 from sagemaker_lightning.checkpoints.last import LastCheckpoint, confined
-from sagemaker_lightning.cli.lightning_package import made
 from sagemaker_lightning.failure import UserError
 from sagemaker_lightning.parallel import fsdp, fsdp_sharding
+from sagemaker_lightning.toolbox import location
+from sagemaker_lightning.toolbox.lightning_package import made
 
 pytestmark = pytest.mark.unit
 
@@ -52,7 +53,7 @@ def test_a_planted_metadata_runs_nothing_and_its_save_is_skipped(tmp_path, capsy
     older = save(tmp_path / "last.ckpt", 4)
     planted = tmp_path / "last.ckpt" / "step-999999999-0"
     planted.mkdir()
-    torch.save({}, planted / location.META)  # whole: .metadata is what is read next
+    torch.save({}, planted / layout.META)  # whole: .metadata is what is read next
     (planted / ".metadata").write_bytes(pickle.dumps(Planted(tmp_path / "ran")))
     assert sharded_saves.resume_path(str(tmp_path)) == older
     assert not (tmp_path / "ran").exists()
@@ -125,7 +126,7 @@ def test_a_planted_sharded_save_runs_nothing_when_the_strategy_loads_it(one_proc
     state["optimizer_0"]["param_groups"][0]["lr"] = Planted(tmp_path / "ran")  # the rank file's own pickle
     path = tmp_path / "last.ckpt" / "step-000000001-1"
     torch.distributed.checkpoint.save(state, checkpoint_id=path)
-    torch.save({"global_step": 1}, path / location.META)
+    torch.save({"global_step": 1}, path / layout.META)
     with pytest.raises(UserError, match=f"UnsafeGlobal: names {MKDIR}, a global of a module torch never"):
         strategy.load_checkpoint(path)
     assert not (tmp_path / "ran").exists()

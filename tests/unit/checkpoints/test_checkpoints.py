@@ -14,8 +14,8 @@ from torch.utils.data import DataLoader, TensorDataset
 from sagemaker_lightning.checkpoints import atomic, resume
 from sagemaker_lightning.checkpoints import io as checkpoint_io
 from sagemaker_lightning.checkpoints import last as last_checkpoint
-from sagemaker_lightning.cli.concern import CallbackOrder
-from sagemaker_lightning.cli.lightning_package import made
+from sagemaker_lightning.toolbox.concern import CallbackOrder
+from sagemaker_lightning.toolbox.lightning_package import made
 
 pytestmark = pytest.mark.unit
 
@@ -118,7 +118,7 @@ def test_last_checkpoint_saved_before_a_validation_names_the_best_after_it(tmp_p
     data = DataLoader(TensorDataset(torch.ones(8, 1)), batch_size=1)
     best = pytorch_lightning.callbacks.ModelCheckpoint(dirpath=tmp_path, monitor="val/acc", mode="max", save_top_k=1)
     last = made(last_checkpoint.LastCheckpoint, pytorch_lightning)(2, best)
-    # LastCheckpoint before the ModelCheckpoint, as in the CLI's list, put after it at setup (cli/concern.py)
+    # LastCheckpoint before the ModelCheckpoint, as in the CLI's list, put after it at setup (toolbox/concern.py)
     order = made(CallbackOrder, pytorch_lightning)([last])
     trainer = quiet_trainer([order, last, best], max_steps=4, val_check_interval=2, limit_val_batches=1)
     trainer.fit(Improving(), data, data)

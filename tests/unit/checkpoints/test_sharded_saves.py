@@ -7,7 +7,7 @@ import pytest
 import torch
 from sharded_save import save
 
-from sagemaker_lightning.checkpoints import location, sharded_saves
+from sagemaker_lightning.checkpoints import layout, sharded_saves
 from sagemaker_lightning.failure import UserError
 
 pytestmark = pytest.mark.unit
@@ -24,14 +24,14 @@ def test_resume_takes_the_newest_complete_save_and_skips_one_cut_short(tmp_path,
     save(last, 4)
     newest = save(last, 6)
     assert sharded_saves.resume_path(str(tmp_path)) == newest
-    os.remove(os.path.join(newest, location.META))  # killed between .metadata and meta.pt
+    os.remove(os.path.join(newest, layout.META))  # killed between .metadata and meta.pt
     assert sharded_saves.resume_path(str(tmp_path)) == str(last / "step-000000004-4")
     assert "not resuming from step-000000006-6 lacks meta.pt (a save cut short)" in capsys.readouterr().out
     os.remove(os.path.join(newest, ".metadata"))  # killed while the ranks wrote their files
     assert sharded_saves.missing(last / "step-000000006-6") == [".metadata"]
 
 
-@pytest.mark.parametrize("cut", ["__0_0.distcp", location.META, ".metadata"])
+@pytest.mark.parametrize("cut", ["__0_0.distcp", layout.META, ".metadata"])
 def test_a_save_with_a_file_cut_short_is_incomplete(tmp_path, cut):
     """An upload to S3 interrupted by a spot reclaim can bring a file back shorter than it was written."""
     path = save(tmp_path, 4)

@@ -21,8 +21,8 @@ from torch.distributed.fsdp import fully_shard
 from sagemaker_lightning.checkpoints import sharded_saves
 from sagemaker_lightning.checkpoints.io import AtomicCheckpointIO
 from sagemaker_lightning.checkpoints.sharded_writer import ShardedWriter
-from sagemaker_lightning.cli.lightning_package import made
 from sagemaker_lightning.failure import UserError
+from sagemaker_lightning.toolbox.lightning_package import made
 
 pytestmark = pytest.mark.unit
 SHARDS = functools.partial(ShardedWriter, timeout_s=60)  # what checkpoints/concern.py gives the CheckpointIO under fsdp

@@ -32,7 +32,7 @@ from sagemaker_lightning import LightningCLI
 from sagemaker_lightning.checkpoints import concern as checkpoints
 from sagemaker_lightning.checkpoints import export
 from sagemaker_lightning.checkpoints.io import AtomicCheckpointIO
-from sagemaker_lightning.cli.lightning_package import made
+from sagemaker_lightning.toolbox.lightning_package import made
 
 pytestmark = pytest.mark.unit
 

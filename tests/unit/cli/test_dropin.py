@@ -16,8 +16,8 @@ from lightning.pytorch.utilities.exceptions import MisconfigurationException
 
 from sagemaker_lightning import LightningCLI, progress
 from sagemaker_lightning.boot import signals
-from sagemaker_lightning.cli.lightning_package import made
 from sagemaker_lightning.parallel import strategy
+from sagemaker_lightning.toolbox.lightning_package import made
 
 pytestmark = pytest.mark.unit
 

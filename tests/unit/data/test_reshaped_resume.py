@@ -13,9 +13,9 @@ import pytest
 import torch
 from torch.utils.data import Dataset, DistributedSampler
 
-from sagemaker_lightning.cli.lightning_package import made
 from sagemaker_lightning.data.resumable import ResumableDataLoader, continued
 from sagemaker_lightning.data.training_loader import TrainingLoader
+from sagemaker_lightning.toolbox.lightning_package import made
 
 pytestmark = pytest.mark.unit
 

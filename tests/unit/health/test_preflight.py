@@ -342,7 +342,7 @@ def test_preflight_off_reaches_the_check_from_the_settings():
     import pytorch_lightning  # here, not at the top: the processes above import this file, and need no Lightning
 
     env = {"SM_HOSTS": json.dumps(HOSTS), "SM_CURRENT_HOST": "algo-1"}
-    from sagemaker_lightning.cli.concern import Context
+    from sagemaker_lightning.toolbox.concern import Context
 
     config = {"preflight": "off", "preflight_min_busbw": 5}
     (check,) = preflight.concern(Context(pl=pytorch_lightning, plan=make_plan(env, {"eth0"}), config=config)).callbacks

@@ -11,8 +11,8 @@ import pytest
 import pytorch_lightning
 
 from sagemaker_lightning import lines
-from sagemaker_lightning.cli import lightning_package
 from sagemaker_lightning.health import stragglers, watchdog
+from sagemaker_lightning.toolbox import lightning_package
 
 pytestmark = pytest.mark.unit
 

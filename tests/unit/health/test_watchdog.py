@@ -9,8 +9,8 @@ import traceback
 import pytest
 
 from sagemaker_lightning.health import heartbeats, watchdog
-from sagemaker_lightning.health.status import Status
 from sagemaker_lightning.launch.plan import FR_BUFFER_SIZE, make_plan
+from sagemaker_lightning.toolbox.status import Status
 
 pytestmark = pytest.mark.unit
 

@@ -16,12 +16,12 @@ import torchvision
 import train
 from model import ImageClassifier
 from sagemaker_lightning.checkpoints import sharded_saves
-from sagemaker_lightning.cli.lightning_package import attribute, made
 from sagemaker_lightning.failure import UserError
 from sagemaker_lightning.launch import hyperparameters
 from sagemaker_lightning.launch.plan import make_plan
 from sagemaker_lightning.parallel import fsdp, fsdp_sharding, strategy
 from sagemaker_lightning.progress import weights_digest
+from sagemaker_lightning.toolbox.lightning_package import attribute, made
 
 pytestmark = pytest.mark.unit
 

@@ -26,10 +26,10 @@ from pytorch_lightning.demos.boring_classes import BoringModel, RandomDataset
 from pytorch_lightning.utilities.exceptions import SIGTERMException
 from torch.utils.data import DataLoader, IterableDataset
 
-from sagemaker_lightning.cli import lightning_package
 from sagemaker_lightning.data import resumable
 from sagemaker_lightning.progress import LogLines
 from sagemaker_lightning.stop.agreement import StopTogether
+from sagemaker_lightning.toolbox import lightning_package
 
 pytestmark = pytest.mark.unit
 

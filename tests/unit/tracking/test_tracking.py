@@ -14,10 +14,10 @@ from mlflow.protos import databricks_pb2 as codes
 
 import train
 from sagemaker_lightning.boot import signals
-from sagemaker_lightning.cli.concern import Context
-from sagemaker_lightning.cli.redact import shown_url
 from sagemaker_lightning.failure import UserError
 from sagemaker_lightning.launch.plan import make_plan
+from sagemaker_lightning.toolbox.concern import Context
+from sagemaker_lightning.toolbox.redact import shown_url
 from sagemaker_lightning.tracking import mlflow_client, mlflow_run, record, tracker
 from sagemaker_lightning.tracking.uri import DEFAULT_EXPERIMENT, check_uri, experiment_name
 

@@ -1,43 +1,18 @@
-"""Where a checkpoint location is: a URL (s3://, any fsspec protocol) or a directory of this machine, which paths
-are inside it, and that a save writes and deletes nowhere else (`unlinked`); and the names of what the runtime
-writes in checkpoint.dirpath, each written here only. No torch.
+"""checkpoint.dirpath's layout: the names of what the runtime writes there, each written here only, and that a save
+writes and deletes nowhere else (`unlinked`). No torch.
 
-    python -c "from sagemaker_lightning.checkpoints.location import inside; print(inside('ckpts/../x', 'ckpts'))"
+    python -c "from sagemaker_lightning.checkpoints import layout; print(layout.LAST, layout.PREVIOUS)"
 """
 
 import os
-import posixpath
 
 from sagemaker_lightning.failure import UserError
-
-LOCAL = (None, "file", "local")  # fsspec's protocols of this machine's files
 
 # checkpoint.dirpath's layout
 LAST = "last.ckpt"  # the newest save (a file; with fsdp a folder of saves: sharded_saves.py), the one resumed from
 PREVIOUS = "last-previous.ckpt"  # last.ckpt's predecessor, kept while last.ckpt is replaced and uploaded (atomic.py)
 META = "meta.pt"  # in a sharded save: Lightning's name for its non-tensor part (loops, callbacks)
 METADATA = ".metadata"  # in a sharded save: DCP's index of the shards, written last (rank 0's, after every shard)
-
-
-def remote(path: str) -> bool:
-    """Whether `path` is a URL of a store (s3://bucket/key), not a path of this machine."""
-    return "://" in path
-
-
-def inside(path: str, dirpath: str) -> bool:
-    """Whether `path` names something in `dirpath` (each a path or an fsspec URL), not `dirpath` itself: local paths
-    resolved (`..`, symbolic links), a URL's protocol and bucket/key compared once normalised."""
-    from fsspec.core import split_protocol
-
-    (protocol, where), (home_protocol, home) = (split_protocol(str(p)) for p in (path, dirpath))
-    local = protocol in LOCAL
-    if not path or local != (home_protocol in LOCAL) or (not local and protocol != home_protocol):
-        return False
-    if local:
-        where, home = os.path.realpath(where), os.path.realpath(home)
-    else:
-        where, home = posixpath.normpath(f"/{where}"), posixpath.normpath(f"/{home}")
-    return where != home and posixpath.commonpath([where, home]) == home
 
 
 def unlinked(path: str, dirpath: str) -> None:

@@ -7,7 +7,7 @@ when the model adds callbacks of its own (configure_callbacks). What must come a
 best checkpoint is chosen; the MLflow run's end, after a stop's checkpoint) is a Part's `after_checkpoints`: the hub's
 CallbackOrder puts those after every checkpoint callback, in the hub's order, when a fit sets up.
 
-    python -c "from sagemaker_lightning.cli.concern import Part; print(Part())"
+    python -c "from sagemaker_lightning.toolbox.concern import Part; print(Part())"
 """
 
 from collections.abc import Callable, Mapping
@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
 
-from sagemaker_lightning.health.status import Status
 from sagemaker_lightning.launch.plan import Plan
+from sagemaker_lightning.toolbox.status import Status
 
 
 @dataclass(kw_only=True)
@@ -32,7 +32,7 @@ class Context:
     model: Any = None  # the LightningModule
     model_checkpoint: Any = None  # the ModelCheckpoint the runtime's checkpointing follows, or None
     config_yaml: Callable[[], str] = str  # the resolved configuration as model_dir's config.yaml holds it (redacted)
-    status: Status = field(default_factory=Status)  # what the watchdog shares with the rest (health/status.py)
+    status: Status = field(default_factory=Status)  # what the watchdog shares with the rest (toolbox/status.py)
     goodput: Any = None  # this attempt's goodput.Attempt: its ledger, which the checkpoints account their time in
 
 

@@ -2,7 +2,7 @@
 and the config.yaml a fit writes (issue 37: a key or a user:password@ URI given as a hyperparameter landed in
 model.tar.gz).
 
-    .venv/bin/python -m pytest tests/unit/cli/test_redact.py -q
+    .venv/bin/python -m pytest tests/unit/toolbox/test_redact.py -q
 """
 
 import os
@@ -13,7 +13,7 @@ from lightning.pytorch.demos.boring_classes import BoringModel
 
 import train
 from sagemaker_lightning import LightningCLI
-from sagemaker_lightning.cli.redact import REDACTED, redacted, redacted_text, redacted_yaml, secret_key
+from sagemaker_lightning.toolbox.redact import REDACTED, redacted, redacted_text, redacted_yaml, secret_key
 
 pytestmark = pytest.mark.unit
 

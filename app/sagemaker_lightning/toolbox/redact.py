@@ -15,7 +15,7 @@ What counts as secret (nothing is guessed from a value's look but the credential
     access key ids; Hugging Face, GitHub, OpenAI-style `sk-` and Google API keys) wherever they stand.
 An AWS secret access key has no fixed form (40 characters of base64): it goes only under a key that names it.
 
-    python -c "from sagemaker_lightning.cli import redact; print(redact.redacted({'db': 'postgres://u:pw@h/db', 'api_key': 'k'}))"
+    python -c "from sagemaker_lightning.toolbox import redact; print(redact.redacted({'db': 'postgres://u:pw@h/db', 'api_key': 'k'}))"
 """
 
 import re

@@ -1,12 +1,12 @@
 """What the watchdog shares with the rest of a training process, in one object the hub makes and hands to each concern
-that needs it (cli/concern.py's Context), never through module state:
+that needs it (toolbox/concern.py's Context), never through module state:
   - what the training thread is doing that takes long and is no hang (a checkpoint's write: busy()), which the
     watchdog publishes to its peers;
   - whether the watchdog is ending the process: a failure the training thread meets since is its consequence;
   - the hosts' spread (stragglers.py, lines.spread), written by the watchdog's thread for the progress line.
 No torch.
 
-    python -c "from sagemaker_lightning.health.status import Status; s = Status(); print(s.doing)"
+    python -c "from sagemaker_lightning.toolbox.status import Status; s = Status(); print(s.doing)"
 """
 
 import contextlib

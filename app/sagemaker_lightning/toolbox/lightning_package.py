@@ -3,7 +3,7 @@ and `pytorch_lightning`. A `lightning.pytorch.LightningModule` is refused by a `
 callback of one package is ignored by the other's trainer. The runtime's callbacks and plugins are written once, as
 mixins, and made into classes of the package the user's project imports (the image carries both, at one version).
 
-    python -c "from sagemaker_lightning.cli import lightning_package; print(lightning_package.package().__name__)"
+    python -c "from sagemaker_lightning.toolbox import lightning_package; print(lightning_package.package().__name__)"
 """
 
 import functools
