@@ -23,8 +23,8 @@ class KillRank(pl.Callback):
     """SIGKILL one rank, as the kernel's out-of-memory killer does to a process (and a lost spot instance to every
     process of its host): at the start of one step, or inside a write at that step of the file `at` (last.ckpt,
     model.pt; checkpoints are written by the runtime's writer thread): halfway through writing its temporary file,
-    just before its rename into place (its content complete under its temporary name), or at the start of its
-    upload to S3 (the previous object already copied). Under fsdp, "write" at last.ckpt cuts the rank's shards of
+    just before its rename into place (its content complete under its temporary name), or in its upload to S3 once
+    the previous object is copied, before the new one completes (s3_transfer.upload holds the completion for the copy). Under fsdp, "write" at last.ckpt cuts the rank's shards of
     the save at `step` in half once DCP's writer thread has written them, before any rank's save is complete."""
 
     def __init__(
@@ -57,10 +57,15 @@ class KillRank(pl.Callback):
                 os.truncate(f, os.path.getsize(f) // 2)
                 os.kill(os.getpid(), signal.SIGKILL)
 
-        def upload_unless_here(data, url):
+        def upload_unless_here(data, url, beside=None):
             if self.during == "upload" and url.rsplit("/", 1)[-1] == self.at and self._here(trainer):
-                os.kill(os.getpid(), signal.SIGKILL)
-            return upload(data, url)
+
+                def copied_then_killed():  # its parts on their way, the object held until this returns: it never does
+                    (beside or (lambda: None))()
+                    os.kill(os.getpid(), signal.SIGKILL)
+
+                return upload(data, url, beside=copied_then_killed)
+            return upload(data, url, beside=beside)
 
         def shards_half(storage, plan, planner):
             written = write_shards(storage, plan, planner)  # this rank's file, whole, in DCP's writer thread

@@ -135,21 +135,23 @@ def authorize(ssh_dir: str, peers: Mapping[str, tuple[str, Keys]]) -> None:
         os.chmod(path, 0o600)
 
 
-def prepare(hosts: list[str], current: str, timeout_s: float, ssh_dir: str, host_key: str = HOST_KEY) -> socket.socket:
-    """Keys made, offered and exchanged with every other host of the job (module docstring). Returns the server,
-    which goes on offering this host's keys to hosts that start later."""
+def prepare(
+    hosts: list[str], current: str, timeout_s: float, ssh_dir: str, host_key: str = HOST_KEY, port: int = KEY_PORT
+) -> socket.socket:
+    """Keys made, offered on `port` and exchanged with every other host of the job (module docstring). Returns the
+    server, which goes on offering this host's keys to hosts that start later."""
     keys = make_keys(ssh_dir, host_key)
-    server = serve(keys)
+    server = serve(keys, port)
     deadline = time.monotonic() + timeout_s
     peers = {}
     for host in hosts:
         address = socket.gethostbyname(host)
         try:
-            peers[host] = (address, keys if host == current else fetch(address, deadline))
+            peers[host] = (address, keys if host == current else fetch(address, deadline, port))
         except (OSError, ValueError) as e:
             server.close()
             raise UserError(
-                f"host {host} did not offer its SSH keys on port {KEY_PORT} within dist_timeout={timeout_s:g} s ({e}): "
+                f"host {host} did not offer its SSH keys on port {port} within dist_timeout={timeout_s:g} s ({e}): "
                 "its container did not start the job, or the job's security group blocks traffic between its hosts"
             ) from e
     authorize(ssh_dir, peers)

@@ -48,12 +48,14 @@ def test_hosts_exchange_public_keys_and_accept_only_each_other(tmp_path, free_po
     assert found.returncode == 0 and one.host.split()[1] in found.stdout
 
 
-def test_a_host_that_offers_no_keys_is_named(tmp_path):
-    """Another host whose container never offers its keys (192.0.2.1: TEST-NET, never answers): one line."""
+def test_a_host_that_offers_no_keys_is_named(tmp_path, free_port):
+    """Another host whose container never offers its keys (192.0.2.1: TEST-NET, never answers): one line. On a port of
+    the test's own: a job of another tier may hold KEY_PORT beside it (make test)."""
+    port = free_port()
     with pytest.raises(
-        ssh.UserError, match=r"host 192\.0\.2\.1 did not offer its SSH keys on port 2201 within dist_timeout=1 s"
+        ssh.UserError, match=rf"host 192\.0\.2\.1 did not offer its SSH keys on port {port} within dist_timeout=1 s"
     ):
-        ssh.prepare(["localhost", "192.0.2.1"], "localhost", 1, str(tmp_path / "ssh"), str(tmp_path / "host"))
+        ssh.prepare(["localhost", "192.0.2.1"], "localhost", 1, str(tmp_path / "ssh"), str(tmp_path / "host"), port)
 
 
 @pytest.mark.parametrize("offer", ["much", "slowly"])
