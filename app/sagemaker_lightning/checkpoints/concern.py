@@ -12,8 +12,8 @@ from sagemaker_lightning.checkpoints.compile_cache import CompileCache
 from sagemaker_lightning.checkpoints.export import Export
 from sagemaker_lightning.checkpoints.io import AtomicCheckpointIO
 from sagemaker_lightning.checkpoints.last import LastCheckpoint
+from sagemaker_lightning.checkpoints.layout import sharding
 from sagemaker_lightning.checkpoints.resume import ResumePoint
-from sagemaker_lightning.parallel import fsdp
 from sagemaker_lightning.stop import restarts
 from sagemaker_lightning.toolbox.concern import Context, Part
 from sagemaker_lightning.toolbox.lightning_package import made
@@ -38,7 +38,7 @@ def concern(ctx: Context) -> Part:
     Where a stop's SIGTERM cannot reach the training processes, LastCheckpoint is told why (boot/signals.py) and saves
     by time instead; in a job, the stop's grace its first save is compared with (stop/restarts.py)."""
     config, plan, pl = ctx.config, ctx.plan, ctx.pl
-    sharded = fsdp.sharded(ctx.arguments.get("strategy"))
+    sharded = sharding(ctx.arguments.get("strategy"))
     point = resume_point(ctx.model_checkpoint, ctx.model, sharded, ctx.plan.rank_zero)
     export = made(Export, pl)(config["model_dir"], ctx.config_yaml)
     if not (plan.in_job or point):

@@ -21,9 +21,9 @@ import torch
 
 from sagemaker_lightning.checkpoints.atomic import replacing
 from sagemaker_lightning.checkpoints.io import read
+from sagemaker_lightning.checkpoints.layout import sharding
 from sagemaker_lightning.failure import UserError
 from sagemaker_lightning.lines import say
-from sagemaker_lightning.parallel import fsdp
 from sagemaker_lightning.toolbox.location import inside, remote
 
 
@@ -72,7 +72,10 @@ class Export:
         trainer.ckpt_path = None  # the resume applied to this fit; a later validate/test picks its own checkpoint
         best = best_checkpoint(trainer)
         # the final weights: under fsdp every rank gathers its shards, rank 0 gets the whole (fsdp.py)
-        final = fsdp.full_state_dict(trainer.strategy, pl_module) if self.model_dir and not best else None
+        final = None
+        if self.model_dir and not best:
+            strategy = trainer.strategy
+            final = strategy.full_state_dict(pl_module) if sharding(strategy) else pl_module.state_dict()
         failed = None
         if self.model_dir and trainer.is_global_zero:
             try:

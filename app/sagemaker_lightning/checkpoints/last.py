@@ -21,10 +21,9 @@ import time
 
 from sagemaker_lightning import lines
 from sagemaker_lightning.checkpoints.atomic import clear_partials
-from sagemaker_lightning.checkpoints.layout import LAST
+from sagemaker_lightning.checkpoints.layout import LAST, sharding
 from sagemaker_lightning.failure import UserError
 from sagemaker_lightning.lines import say
-from sagemaker_lightning.parallel import fsdp
 from sagemaker_lightning.stop import restarts
 from sagemaker_lightning.toolbox.lightning_package import attribute
 from sagemaker_lightning.toolbox.location import inside
@@ -134,7 +133,8 @@ class LastCheckpoint:
         path = os.path.join(self.checkpoint.dirpath, LAST)
         started = self.clock()
         with self.timing("checkpoint stall"):
-            with fsdp.sharded_saves(trainer.strategy):  # fsdp: a folder of one file per rank (fsdp.py)
+            sharded = trainer.strategy.sharded_state() if sharding(trainer.strategy) else contextlib.nullcontext()
+            with sharded:  # fsdp: a folder of one file per rank (parallel/fsdp.py)
                 trainer.save_checkpoint(path, weights_only=False)  # every rank calls it; rank 0 writes (atomically)
             if self.io and (stop or self.grace_s):
                 self.io.wait()

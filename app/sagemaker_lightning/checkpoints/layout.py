@@ -15,6 +15,12 @@ META = "meta.pt"  # in a sharded save: Lightning's name for its non-tensor part 
 METADATA = ".metadata"  # in a sharded save: DCP's index of the shards, written last (rank 0's, after every shard)
 
 
+def sharding(strategy) -> bool:
+    """Whether `strategy` (an object, or a name) saves last.ckpt as a folder of shards: it offers sharded_state(), the
+    context its saves are sharded in, and full_state_dict(module), the weights gathered (parallel/fsdp.py's does)."""
+    return hasattr(strategy, "sharded_state")
+
+
 def unlinked(path: str, dirpath: str) -> None:
     """Raises UserError unless `path` is a local path inside `dirpath` (checkpoint.dirpath, or a folder inside it)
     with no symbolic link from there down to it: what a save writes to or prunes is then inside dirpath, wherever

@@ -11,8 +11,9 @@ Interface (the rest of the runtime wires these; docs/fsdp.md is the user's side)
     FSDPSettings                        the `fsdp` argument group (settings.py; how a model is sharded: fsdp_sharding.py)
     strategy(pl, settings, cluster_environment, timeout, trainer_config)   the strategy for Trainer(strategy=)
                                         (strategy.py, for trainer.strategy=fsdp)
-    sharded_saves(strategy)             context: checkpoints saved inside it are sharded (checkpoints/last.py)
-    full_state_dict(strategy, module)   every rank calls it; rank 0 gets the consolidated weights (checkpoints/export.py)
+    FullyShardedStrategy.sharded_state()   context: checkpoints saved inside it are sharded (checkpoints/last.py)
+    FullyShardedStrategy.full_state_dict(module)   every rank calls it; rank 0 gets the consolidated weights (export.py)
+    (the checkpoints ask a strategy for these two by their names, layout.sharding: they import nothing of this room)
     progress.weights_digest             gathers sharded weights (DTensor.full_tensor), so every rank calls it
 
 Checkpoint layout, how a save is read, which one a job resumes from: checkpoints/sharded_saves.py; how one is written
@@ -190,6 +191,11 @@ class FullyShardedStrategy:
         finally:
             self._save_distributed_checkpoint = False
 
+    def full_state_dict(self, module: nn.Module) -> dict[str, torch.Tensor]:
+        """The module's consolidated weights with the plain model's keys: every rank must call it (the shards are
+        gathered, one tensor at a time, into rank 0's host memory) and the others get an empty dict."""
+        return get_model_state_dict(module, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+
     def save_checkpoint(self, checkpoint: dict, filepath, storage_options=None) -> None:
         if not self._save_distributed_checkpoint:
             return super().save_checkpoint(checkpoint, filepath, storage_options)  # one file, written by rank 0
@@ -202,21 +208,3 @@ class FullyShardedStrategy:
             return layout.load(self, path, weights_only)
         with admitted(str(path)):  # a best checkpoint: one file
             return super().load_checkpoint(path, weights_only)
-
-
-def sharded(strategy) -> bool:
-    return isinstance(strategy, FullyShardedStrategy)
-
-
-def sharded_saves(strategy):
-    """Checkpoints saved inside are sharded (one file per rank) under trainer.strategy=fsdp; unchanged otherwise."""
-    return strategy.sharded_state() if sharded(strategy) else contextlib.nullcontext()
-
-
-def full_state_dict(strategy, module: nn.Module) -> dict[str, torch.Tensor]:
-    """The module's consolidated weights with the plain model's keys. Under fsdp every rank must call it (the shards
-    are gathered, one tensor at a time, into rank 0's host memory) and the others get an empty dict; elsewhere it is
-    module.state_dict()."""
-    if not sharded(strategy):
-        return module.state_dict()
-    return get_model_state_dict(module, options=StateDictOptions(full_state_dict=True, cpu_offload=True))

@@ -150,7 +150,7 @@ def test_sharded_weights_consolidate_into_the_plain_models_state_dict(one_proces
     settings = fsdp.FSDPSettings(activation_checkpointing=checkpointing)
     found, roots = fsdp_sharding.shard(model, settings, one_process, offload=False)
     assert len(found) == 8 and roots == ["net"]  # ResNet-18's BasicBlocks, then the rest of the network
-    state = fsdp.full_state_dict(made(fsdp.FullyShardedStrategy, pytorch_lightning)(settings), model)
+    state = made(fsdp.FullyShardedStrategy, pytorch_lightning)(settings).full_state_dict(model)
     assert state.keys() == plain.keys()  # no FSDP or checkpoint-wrapper names
     assert all(torch.equal(state[k], plain[k]) for k in plain)
     ImageClassifier("resnet18").load_state_dict(state)  # strict: the unsharded model takes it as it is
