@@ -14,7 +14,7 @@ from types import SimpleNamespace
 import lightning.pytorch as pl
 import pytest
 
-from sagemaker_lightning import LightningCLI, goodput, goodput_file, lines
+from sagemaker_lightning import LightningCLI, goodput, goodput_callback, goodput_file, lines
 from sagemaker_lightning.launch import started
 from sagemaker_lightning.toolbox.lightning_package import made
 
@@ -82,7 +82,7 @@ def timeline(
     ledger.clock = clock
     attempt = goodput.Attempt(ledger, clock.now, wall=clock)
     attempt.deferred = deferred
-    callback = made(goodput.Goodput, pl)(attempt)
+    callback = made(goodput_callback.Goodput, pl)(attempt)
     callback.clock = clock
     trainer = SimpleNamespace(is_global_zero=True, global_step=0, logger=None)
     callback.setup(trainer, None, "fit")
@@ -133,7 +133,7 @@ def test_a_step_of_the_wall_clock_moves_neither_the_wall_time_nor_a_term(monkeyp
     ledger = goodput.Ledger()
     ledger.clock = mono
     attempt = goodput.Attempt(ledger, wall.now - 5.0)  # the process started 5 s ago
-    callback = made(goodput.Goodput, pl)(attempt)
+    callback = made(goodput_callback.Goodput, pl)(attempt)
     callback.clock = mono
     trainer = SimpleNamespace(is_global_zero=True, global_step=0, logger=None)
     callback.setup(trainer, None, "fit")
@@ -182,7 +182,7 @@ def test_a_killed_attempts_steps_after_its_last_save_are_trained_again_and_said(
     ledger.clock = clock
     second = goodput.Attempt(ledger, clock.now, checkpoint=SimpleNamespace(dirpath=str(tmp_path)), wall=clock)
     second.resumed(saved, 4, goodput_file.read(str(tmp_path)))
-    callback = made(goodput.Goodput, pl)(second)
+    callback = made(goodput_callback.Goodput, pl)(second)
     callback.clock = clock
     trainer = SimpleNamespace(is_global_zero=True, global_step=4, logger=None)
     callback.setup(trainer, None, "fit")
@@ -228,7 +228,7 @@ def test_the_ledgers_write_holds_no_step_and_one_that_fails_is_said_once_and_ret
     attempt = goodput.Attempt(
         goodput.Ledger(), clock.now, checkpoint=SimpleNamespace(dirpath=str(tmp_path)), wall=clock
     )
-    callback = made(goodput.Goodput, pl)(attempt)
+    callback = made(goodput_callback.Goodput, pl)(attempt)
     callback.clock = clock
     trainer = SimpleNamespace(is_global_zero=True, global_step=0, logger=None)
     callback.setup(trainer, None, "fit")
@@ -261,7 +261,7 @@ def test_a_records_figure_that_is_no_count_of_seconds_or_steps_is_named(figure, 
 def test_a_checkpoints_mistyped_records_are_ignored_in_one_line_and_the_fit_ends_with_its_line(capsys):
     clock = Clocks()
     attempt = goodput.Attempt(goodput.Ledger(), clock.now, wall=clock)
-    callback = made(goodput.Goodput, pl)(attempt)
+    callback = made(goodput_callback.Goodput, pl)(attempt)
     callback.clock = clock
     trainer = SimpleNamespace(is_global_zero=True, global_step=4, logger=None)
     callback.setup(trainer, None, "fit")

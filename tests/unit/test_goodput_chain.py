@@ -13,7 +13,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from sagemaker_lightning import LightningCLI, goodput, goodput_file
+from sagemaker_lightning import LightningCLI, goodput, goodput_callback, goodput_file
 from sagemaker_lightning.boot import signals
 from sagemaker_lightning.launch import started
 
@@ -92,7 +92,7 @@ def test_a_spot_chain_of_four_interruptions_with_known_sleeps(tmp_path, monkeypa
         os.environ[started.STARTED_AT] = repr(time.time())
         with pytest.raises(RuntimeError, match=crash), monkeypatch.context() as kill:
             if not fail_at:  # a kill runs no hook: the record is the start-up's writes'
-                kill.setattr(goodput.Goodput, "on_exception", lambda callback, *_: killed.append(callback))
+                kill.setattr(goodput_callback.Goodput, "on_exception", lambda callback, *_: killed.append(callback))
             model = [f"--model.fail_at_step={fail_at}", f"--model.killed_restoring={not fail_at}"]
             LightningCLI(Sleepy, args=[*args, *model], save_config_callback=None)
     killed[0]._started()  # its process is gone, and its writes with it

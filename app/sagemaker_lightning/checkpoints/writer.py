@@ -40,7 +40,7 @@ from sagemaker_lightning.checkpoints import s3_transfer
 from sagemaker_lightning.checkpoints.atomic import keep_previous, replacing
 from sagemaker_lightning.checkpoints.layout import LAST
 from sagemaker_lightning.failure import UserError
-from sagemaker_lightning.goodput import Goodput
+from sagemaker_lightning.goodput_callback import Goodput
 from sagemaker_lightning.lines import say
 from sagemaker_lightning.toolbox.location import remote
 

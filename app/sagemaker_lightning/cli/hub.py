@@ -33,7 +33,7 @@ import time
 import traceback
 from collections.abc import Mapping
 
-from sagemaker_lightning import failure, goodput, progress
+from sagemaker_lightning import failure, goodput, goodput_callback, progress
 from sagemaker_lightning.boot import signals
 from sagemaker_lightning.checkpoints import concern as checkpoints
 from sagemaker_lightning.cli import arguments, checks, precision, quiet, settings
@@ -61,7 +61,7 @@ CONCERNS = (  # the trainer's concerns, each a function Context → Part (concer
     preflight.concern,  # checks before the first step
     watchdog.concern,  # a hang names itself, stragglers show
     lr_scaling.concern,  # scale_lr_by_world_size
-    goodput.concern,  # where the job's time went, at its end
+    goodput_callback.concern,  # where the job's time went, at its end
     tracker.concern,  # MLflow, one run a job
     settings.concern,  # TensorBoard, the trainer's logger unless trainer.logger names another
 )
