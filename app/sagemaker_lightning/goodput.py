@@ -101,11 +101,15 @@ class Attempt:
         self.ledger, self.start, self.checkpoint, self.wall = ledger, start, checkpoint, wall
         self.id = uuid.uuid4().hex
         self.before: list[dict] = []  # the records of the attempts before this one
-        self.known: list[dict] | None = None  # the ledger's records when this attempt began (goodput_callback.Goodput.setup)
+        self.known: list[dict] | None = (
+            None  # the ledger's records when this attempt began (goodput_callback.Goodput.setup)
+        )
         self.again_until = -1  # the step up to which this attempt trains again what a killed one had trained
         self.step = 0  # the highest step this attempt reached
         self.training = False  # whether this attempt has begun its first step: only then is there a goodput to say
-        self.ended = None  # the wall clock at its fit's end (goodput_callback.Goodput._finish), where its wall time stops
+        self.ended = (
+            None  # the wall clock at its fit's end (goodput_callback.Goodput._finish), where its wall time stops
+        )
         self.deferred = False  # its line said by conclude() (the hub's, after the fit), not at the fit's end
 
     def record(self) -> dict:

@@ -49,7 +49,7 @@ from sagemaker_lightning.stop import agreement, process, restarts
 from sagemaker_lightning.toolbox import lightning_package, redact
 from sagemaker_lightning.toolbox.concern import CallbackOrder, Context, joined, listed
 from sagemaker_lightning.toolbox.status import Status
-from sagemaker_lightning.tracking import tracker
+from sagemaker_lightning.tracking import tensorboard, tracker
 
 LOST_PEER_WAIT_S = 3  # for a process of Lightning's launcher to end, when this one failed in a collective
 CONCERNS = (  # the trainer's concerns, each a function Context → Part (concern.py), in the callbacks' order
@@ -63,7 +63,7 @@ CONCERNS = (  # the trainer's concerns, each a function Context → Part (concer
     lr_scaling.concern,  # scale_lr_by_world_size
     goodput_callback.concern,  # where the job's time went, at its end
     tracker.concern,  # MLflow, one run a job
-    settings.concern,  # TensorBoard, the trainer's logger unless trainer.logger names another
+    tensorboard.concern,  # TensorBoard, the trainer's logger unless trainer.logger names another
 )
 
 

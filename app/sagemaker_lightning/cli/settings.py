@@ -6,7 +6,6 @@ Each can be given as `--key value`, in a YAML config or as a SageMaker hyperpara
     python app/example/train.py fit --help | grep -A2 -- --dist_timeout
 """
 
-import os
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -20,7 +19,6 @@ from sagemaker_lightning.launch.plan import DEFAULT_TIMEOUT_S
 from sagemaker_lightning.launch.platforms import kubeflow, sagemaker
 from sagemaker_lightning.parallel.fsdp_sharding import FSDPSettings
 from sagemaker_lightning.toolbox import lightning_package
-from sagemaker_lightning.toolbox.concern import Context, Part
 from sagemaker_lightning.tracking import tracker, uri
 
 
@@ -145,13 +143,3 @@ def add_to(parser, pl) -> None:
     for setting in SETTINGS:
         group.add_argument(f"--{setting.key}", type=setting.type, default=setting.default, help=setting.help)
     parser.add_class_arguments(FSDPSettings, "fsdp")  # trainer.strategy=fsdp's settings (parallel/fsdp_sharding.py)
-
-
-def concern(ctx: Context) -> Part:
-    """The trainer's logger: TensorBoard with the `logger` settings, under logger.save_dir, else trainer.default_root_dir
-    (as Lightning's default is), unless trainer.logger names another or is false."""
-    if ctx.trainer.get("logger") not in (None, True):
-        return Part()
-    kept = ctx.init["logger"].as_dict()
-    root = kept.pop("save_dir") or ctx.trainer.get("default_root_dir") or os.getcwd()
-    return Part(arguments={"logger": lightning_package.attribute(ctx.pl, "loggers.TensorBoardLogger")(root, **kept)})
