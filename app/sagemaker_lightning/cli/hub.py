@@ -199,7 +199,7 @@ class LightningCLI:
                 os.execv(command[0], command)  # torchrun starts one process per device instead (Plan.torchrun)
             if self.plan.rank_zero:
                 say(self.plan.line())
-            restarts.announce(self.plan, config.get("checkpoint.dirpath"), os.environ)
+            restarts.announce(self.plan, config.get("checkpoint.dirpath"))
             signals.register(os.getpid())  # the image's entrypoint passes SIGTERM on to this process
             if self.plan.launcher == PER_HOST:
                 process.EndedChild(self.plan).attach()  # a local rank killed for memory is named, not this process

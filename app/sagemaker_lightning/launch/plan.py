@@ -165,6 +165,13 @@ class Plan:
             else:
                 env.setdefault(key, value)
 
+    @property
+    def environment(self) -> dict[str, str]:
+        """This process's environment as the plan leaves it (`apply` with override): what was read, its variables set."""
+        env = dict(self.reading.env) if self.reading else {}
+        self.apply(env, override=True)
+        return env
+
     def completed(
         self, accelerator="auto", devices="auto", timeout_s=DEFAULT_TIMEOUT_S, workers=True, max_restarts=None
     ) -> "Plan":

@@ -162,10 +162,12 @@ def restart_line(env: Mapping[str, str], host: str) -> str | None:
     )
 
 
-def announce(plan, dirpath: str | None, env: Mapping[str, str]) -> None:
+def announce(plan, dirpath: str | None) -> None:
     """At the start of a job's trainer: the restart line (each host's first process); on global rank 0 the warnings
     on what a restart could not use: a store shared across torchrun's attempts, a checkpoint directory that is each
-    SageMaker host's own, or (elsewhere) one that goes with the container; and a tuning job's child's own folder."""
+    SageMaker host's own, or (elsewhere) one that goes with the container; and a tuning job's child's own folder.
+    torchrun's variables as the plan read them (Plan.environment)."""
+    env = plan.environment
     if plan.launcher == "torchrun" and env.get("LOCAL_RANK") == "0" and (line := restart_line(env, plan.host)):
         say(line)
     if not plan.rank_zero:
