@@ -4,6 +4,7 @@ API server whose clients find it through AWS_ENDPOINT_URL; every test starts fro
 The tiers' rules: every test carries the marker of its tier, the folder it is in (`-m toolkit` selects one), and with
 REQUIRE_ALL_TIERS=1 (CI) a test that skips fails instead, wherever the skip comes from."""
 
+import gc
 import importlib.util
 import os
 import shutil
@@ -35,6 +36,18 @@ def pytest_collection_modifyitems(config, items):
             wrong.append(item.nodeid)
     if wrong:
         raise pytest.UsageError(f"{len(wrong)} tests lack their folder's tier marker (pytestmark), e.g. {wrong[0]}")
+
+
+def pytest_collection(session):
+    """Collection only imports and builds (nothing it makes is garbage): the collector paused for it."""
+    gc.disable()
+
+
+def pytest_collection_finish(session):
+    """What collection imported (torch, Lightning, the SDK: some million objects) is frozen out of the collector: a
+    full collection, the gc.collect() of a test or Python's own, scans only what the tests made since."""
+    gc.freeze()
+    gc.enable()
 
 
 def pytest_xdist_make_scheduler(config, log):
