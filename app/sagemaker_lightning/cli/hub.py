@@ -34,7 +34,7 @@ import traceback
 from collections.abc import Mapping
 
 from sagemaker_lightning import failure, goodput, goodput_callback, progress
-from sagemaker_lightning.boot import signals
+from sagemaker_lightning.boot import collector, signals
 from sagemaker_lightning.checkpoints import concern as checkpoints
 from sagemaker_lightning.cli import arguments, checks, precision, quiet, settings
 from sagemaker_lightning.data import training_loader
@@ -205,6 +205,7 @@ class LightningCLI:
                 process.EndedChild(self.plan).attach()  # a local rank killed for memory is named, not this process
         checks.check_writable({k: config.get(k) for k in ("model_dir", "checkpoint.dirpath", "logger.save_dir")})
         super().instantiate_classes()
+        collector.settle()  # the collector as Python's for the steps, where start-up paused it (boot/collector.py)
         self._stage = "train"
 
     def instantiate_trainer(self, **kwargs):
