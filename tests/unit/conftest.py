@@ -4,13 +4,14 @@ checkpoints/test_checkpoint_trust.py)."""
 import os
 
 import pytest
-import torch.distributed as dist
-from torch.distributed.device_mesh import init_device_mesh
 
 
 @pytest.fixture
 def one_process(free_port):
     """A gloo process group of one process, as FSDP2 needs one to shard (an in-process fit may have left one)."""
+    import torch.distributed as dist  # here: pytest-xdist's controller loads this file too, and runs no test (1.7 s)
+    from torch.distributed.device_mesh import init_device_mesh
+
     mine = not dist.is_initialized()
     if mine:
         os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))

@@ -70,7 +70,7 @@ class Sleepy(pl.LightningModule):
         return torch.optim.SGD(self.parameters(), lr=0.1)
 
 
-DATA_S, STEP_S, VALIDATION_S, SAVE_S, SETUP_S = 0.01, 0.05, 0.02, 0.1, 0.2
+DATA_S, STEP_S, VALIDATION_S, SAVE_S, SETUP_S = 0.005, 0.025, 0.01, 0.05, 0.1
 
 
 def test_a_spot_chain_of_four_interruptions_with_known_sleeps(tmp_path, monkeypatch, capsys):

@@ -9,6 +9,7 @@ written. A project admits a decoder by the setting streaming.trusted_formats.
     .venv/bin/pytest -q tests/unit/data/test_decoders.py
 """
 
+import gc
 import json
 import os
 import pathlib
@@ -102,7 +103,7 @@ def test_the_issues_case_is_refused_in_one_line_naming_the_field_and_runs_nothin
 
 
 @pytest.mark.parametrize("workers", [0, 1])
-def test_an_index_changed_after_the_check_is_refused_by_the_next_reader(planted, tmp_path, workers):
+def test_an_index_changed_after_the_check_is_refused_by_the_next_reader(planted, tmp_path, monkeypatch, workers):
     """litdata reads index.json again for each reader (each DataLoader worker, each epoch): one that named bytes at the
     check and pickle afterwards is refused when the loader is iterated, not decoded; from a worker too, in one line
     (failure.py takes it out of torch's wrapping)."""
@@ -124,6 +125,11 @@ def test_an_index_changed_after_the_check_is_refused_by_the_next_reader(planted,
     line = failure.explain(raised.value, stage="train")[0]
     assert line.startswith(f"{copy} holds data that could run code when read, refused unread: field 'extra'"), line
     assert "\n" not in line and not os.path.exists(marker)
+    # the loader's worker, which outlives the refusal, stopped now: torch waits MP_STATUS_CHECK_INTERVAL (5 s) for it
+    # to end, then ends it, when the collector frees the iterator (held by the traceback's frames): 5 s of a teardown
+    monkeypatch.setattr(torch.utils.data._utils, "MP_STATUS_CHECK_INTERVAL", 0.1)
+    del raised
+    gc.collect()
 
 
 class Labels(pl.LightningModule):
