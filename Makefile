@@ -57,7 +57,7 @@ test: install  ## Run every test tier: unit, toolkit, cloud, container (REQUIRE_
 	.venv/bin/pytest -rs -n 2 --dist loadscope
 
 test-unit: install  ## The unit tier alone: pure functions and in-process objects, on both cores (pytest-xdist)
-	.venv/bin/pytest -rs -n 2 tests/unit
+	.venv/bin/pytest -rs -n 2 --dist loadscope tests/unit
 
 lightning-cli-suite: install  ## Lightning's own CLI tests (its tag of the installed version) with its LightningCLI and the runtime's; names any test only the runtime's fails (git clone; LIGHTNING_REPO=path: a clone)
 	.venv/bin/python scripts/lightning_cli_suite.py $(if $(LIGHTNING_REPO),--lightning-repo $(LIGHTNING_REPO))

@@ -25,6 +25,10 @@ pytest_plugins = ("budget",)  # each tier's limit a test, the run's time against
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 USER_PROJECT = os.path.join(ROOT, "examples", "user_project")  # the sample a user starts from
 TIERS = ("unit", "toolkit", "cloud", "container")  # the folders under tests/, and their markers (pyproject.toml)
+# the unit tests whose ranks fork from the preloaded server (tests/plugins/preloaded.py): one worker runs them all and
+# starts that server once (3.7 s of CPU), not each worker
+FORKED = ("tests/unit/checkpoints/test_two_ranks.py", "tests/unit/stop/test_per_step.py")
+FORKED += ("tests/unit/health/test_preflight.py", "tests/unit/health/test_watchdog_store.py")
 
 
 def pytest_collection_modifyitems(config, items):
@@ -62,6 +66,8 @@ def pytest_xdist_make_scheduler(config, log):
 
     class JobsApart(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:  # xdist's own point of change (its loadfile overrides it too)
+            if nodeid.startswith(FORKED):
+                return "forked"
             return nodeid if nodeid.startswith("tests/unit/") else "jobs"
 
     return JobsApart(config, log)
