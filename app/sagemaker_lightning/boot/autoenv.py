@@ -5,8 +5,8 @@ job unchanged: MASTER_ADDR, NODE_RANK, WORLD_SIZE, and Lightning's PL_TRAINER_NU
 PL_TRAINER_DEFAULT_ROOT_DIR (what it writes under its default root lands in output.tar.gz). Variables already set
 stay; the runtime's LightningCLI sets its own from the resolved configuration. And the training toolkit's line that
 SageMaker's own tuning objective (_tuning_objective_metric=validation:accuracy, text by design) is not JSON, which it
-logs at each of its seven and more reads of hyperparameters.json a host, is kept out. In the training program itself, the collector is paused while it starts (collector.py). Off SageMaker it
-does nothing.
+logs at each of its seven and more reads of hyperparameters.json a host, is kept out. In the training program itself,
+the collector is paused while it starts (collector.py). Off SageMaker it does nothing.
 
     python -c "import os; print(os.environ.get('NODE_RANK'))"   # on the second host of a job: 1
 """
