@@ -68,7 +68,7 @@ ROWS = (
     (MLF, "_prefix", "tracking/tracker.py"),
     (MLF, "_log_model", "tracking/tracker.py"),
     ("torch.distributed.distributed_c10d", "_get_default_store", "stop/agreement.py"),
-    ("torch._C._distributed_c10d", "_dump_fr_trace", "health/watchdog.py"),
+    ("torch._C._distributed_c10d", "_dump_fr_trace", "health/judge.py"),
     ("torch._C._distributed_c10d", "_dump_fr_trace_json or _dump_nccl_trace_json", "health/heartbeats.py"),
     ("torch.distributed.checkpoint._traverse", "set_element", "checkpoints/sharded_saves.py"),
     ("torch.distributed.checkpoint.metadata", "_MEM_FORMAT_ENCODING", "checkpoints/sharded_saves.py"),

@@ -8,11 +8,10 @@ import time
 from types import SimpleNamespace
 
 import pytest
-import pytorch_lightning
 
 from sagemaker_lightning import lines
-from sagemaker_lightning.health import stragglers, watchdog
-from sagemaker_lightning.toolbox import lightning_package
+from sagemaker_lightning.health import judge, stragglers
+from sagemaker_lightning.toolbox.status import Status
 
 pytestmark = pytest.mark.unit
 
@@ -65,12 +64,19 @@ def test_a_straggler_is_named_at_most_once_in_warn_every_s(capsys):
     """Rank 0's watchdog compares the heartbeats every PERIOD_S: a host that straggles throughout is named at once,
     then once every WARN_EVERY_S of the watchdog's clock, not at each comparison; another host that becomes the
     straggler is named at once. The spread for the progress line is there at every comparison."""
-    dog = lightning_package.made(watchdog.Watchdog, pytorch_lightning)(
-        given_s=None, plan=SimpleNamespace(timeout_s=600.0, host="algo-1", master="algo-1:29500", output_data_dir=None)
+    now = [0.0]
+    dog = judge.Judge(
+        rank=0,
+        world_size=3,
+        key=b"k" * 32,
+        plan=SimpleNamespace(host="algo-1", master="algo-1:29500", output_data_dir=None),
+        progress=judge.Progress(beat=0.0, step=0),
+        limit=lambda: 600.0,
+        clock=lambda: now[0],
+        status=Status(),
+        goodput=None,
     )
-    dog.warned, now = {}, [0.0]
-    dog.clock = lambda: now[0]
-    warned, period = [], watchdog.PERIOD_S
+    warned, period = [], judge.PERIOD_S
     for straggler, start in ((1, 0.0), (2, 1000.0)):  # algo-2 straggles for 1000 s, then algo-3
         records = heartbeats(straggler)
         for now[0] in (start + period * i for i in range(int(1000 / period))):

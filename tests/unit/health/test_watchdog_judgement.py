@@ -14,7 +14,7 @@ import pytest
 import torch.distributed as dist
 
 from sagemaker_lightning import failure, goodput
-from sagemaker_lightning.health import heartbeats, watchdog
+from sagemaker_lightning.health import heartbeats, judge, watchdog
 
 pytestmark = pytest.mark.unit
 
@@ -33,7 +33,8 @@ class Ended(Exception):
 
 
 class Job:
-    """Ranks of one job in this process: each a Watchdog on the shared clocks, its store calls to the job's store."""
+    """Ranks of one job in this process: each a Watchdog and its Judge on the shared clocks, the judge's store calls
+    to the job's store."""
 
     def __init__(self, store):
         self.store, self.port = store, store.port
@@ -57,14 +58,15 @@ class Job:
         }
 
     def rank(self, rank: int, entries: list | None = None, given: float | None = LIMIT, world: int = 2):
-        """Rank `rank`'s watchdog, its main thread's last progress now; `entries`: its flight recorder's (a list the
-        test may change), None: no flight recorder."""
+        """Rank `rank`'s watchdog, its main thread's last progress now, its judge (wd.judge) begun; `entries`: its
+        flight recorder's (a list the test may change), None: no flight recorder."""
         plan = SimpleNamespace(timeout_s=DIST_S, host=f"algo-{rank + 1}", master=self.address, output_data_dir=None)
         wd = watchdog.Watchdog(given_s=given, plan=plan)
-        wd.clock, wd.wall, wd.pause = (lambda: self.mono), (lambda: self.wall), self.advance
-        wd.recorder = lambda: {"entries": list(entries)} if entries is not None else {}
+        wd.clock = lambda: self.mono  # the judge's too: begin hands it on
         wd.begin(rank, world, 5, KEY)
-        wd.link = heartbeats.Link(
+        wd.judge.wall, wd.judge.pause = (lambda: self.wall), self.advance
+        wd.judge.recorder = lambda: {"entries": list(entries)} if entries is not None else {}
+        wd.judge.link = heartbeats.Link(
             functools.partial(heartbeats.connect, self.address), wait_s=60
         )  # this store answers: a connect can take 5 s
         wd.thread = threading.current_thread()  # the hooks time steps while the thread runs
@@ -72,7 +74,7 @@ class Job:
         def exit(code):
             raise Ended(rank, self.reported[-1])
 
-        wd.exit = exit
+        wd.judge.exit = exit
         return wd
 
 
@@ -113,10 +115,10 @@ def test_the_derived_timeout_is_ten_median_steps_and_at_least_the_floor(job, ste
     wd.on_train_batch_start(None, None, None, 4)
     limit = max(watchdog.FLOOR_S, watchdog.TIMES_MEDIAN * step_s)  # 120 s, 200 s
     job.advance(limit - 1)
-    wd.tick()  # just within it
+    wd.judge.tick()  # just within it
     job.advance(2)
     with pytest.raises(Ended) as ended:
-        wd.tick()
+        wd.judge.tick()
     assert f"within the training timeout of {limit:g} s (training_timeout) on rank 1 (algo-2" in ended.value.line
 
 
@@ -132,8 +134,8 @@ def test_a_hang_in_the_first_steps_ends_after_the_floor_and_a_first_step_that_co
     assert zero.status.doing == watchdog.FIRST_STEP
     for _ in range(int(3 * watchdog.FLOOR_S / heartbeats.PERIOD_S)):
         job.advance(heartbeats.PERIOD_S)
-        zero.tick()
-        one.tick()  # no line: rank 0 is busy
+        zero.judge.tick()
+        one.judge.tick()  # no line: rank 0 is busy
     entries[-1]["retired"] = True  # rank 0's first step ends; a second one, quick, on both
     zero.on_train_batch_end(SimpleNamespace(global_step=1), None, None, None, 0)
     assert zero.status.doing is None
@@ -142,14 +144,14 @@ def test_a_hang_in_the_first_steps_ends_after_the_floor_and_a_first_step_that_co
     job.advance(1.0)
     zero.on_train_batch_start(None, None, None, 2)
     one.on_train_batch_start(None, None, None, 2)
-    zero.tick()  # rank 0's last heartbeat: SIGSTOP
+    zero.judge.tick()  # rank 0's last heartbeat: SIGSTOP
     entries.append(job.entry(2, 0, retired=False))  # rank 1 waits in step 2's all-reduce
     ticks = 0
     with pytest.raises(Ended) as ended:
         while ticks < (watchdog.FLOOR_S + 30) / heartbeats.PERIOD_S:
             job.advance(heartbeats.PERIOD_S)
             ticks += 1
-            one.tick()
+            one.judge.tick()
     assert f"within the training timeout of {watchdog.FLOOR_S:g} s (training_timeout) on rank 1" in ended.value.line
     assert "rank 0 on algo-1 did not arrive: no heartbeat" in ended.value.line, ended.value.line
     assert watchdog.FLOOR_S <= ticks * heartbeats.PERIOD_S <= watchdog.FLOOR_S + 2 * heartbeats.PERIOD_S
@@ -158,10 +160,10 @@ def test_a_hang_in_the_first_steps_ends_after_the_floor_and_a_first_step_that_co
 def test_without_the_flight_recorder_a_main_thread_without_progress_is_the_trigger(job):
     wd = job.rank(1)
     job.advance(LIMIT - 1)
-    wd.tick()
+    wd.judge.tick()
     job.advance(2)
     with pytest.raises(Ended) as ended:
-        wd.tick()
+        wd.judge.tick()
     assert ended.value.line.startswith("a collective (torch's flight recorder is off: TORCH_FR_BUFFER_SIZE) did not")
     assert ended.value.line.endswith("rank 0 on ? did not arrive: no heartbeat at all (it never reached training)")
 
@@ -172,12 +174,12 @@ def test_with_the_flight_recorder_the_oldest_unfinished_collective_is_the_trigge
     entries = [job.entry(6, 0, retired=True)]
     wd = job.rank(1, entries)
     job.advance(10 * LIMIT)
-    wd.tick()
+    wd.judge.tick()
     entries.append(job.entry(7, LIMIT - 1, retired=False))
-    wd.tick()
+    wd.judge.tick()
     job.advance(2)
     with pytest.raises(Ended) as ended:
-        wd.tick()
+        wd.judge.tick()
     assert ended.value.line.startswith("gloo:all_reduce #7 of process group default_pg did not finish within")
 
 
@@ -186,12 +188,12 @@ def test_a_rank_writing_a_checkpoint_is_no_hang_without_the_flight_recorder(job)
     wd = job.rank(0)
     with wd.status.busy("writing last.ckpt"):
         job.advance(10 * LIMIT)
-        wd.tick()
+        wd.judge.tick()
     job.advance(LIMIT - 1)
-    wd.tick()  # the write ended a moment ago: the wait is judged from there
+    wd.judge.tick()  # the write ended a moment ago: the wait is judged from there
     job.advance(2)
     with pytest.raises(Ended):
-        wd.tick()
+        wd.judge.tick()
 
 
 @pytest.mark.parametrize("recorder", [False, True])
@@ -203,17 +205,17 @@ def test_a_peer_writing_a_checkpoint_is_no_hang(job, recorder):
     job.advance(LIMIT + 1)
     for _ in range(5):
         with writer.status.busy("writing last.ckpt"):  # the mark is the process's: rank 0's
-            writer.tick()
-        waiter.tick()  # past the timeout: it reads rank 0's busy mark
+            writer.judge.tick()
+        waiter.judge.tick()  # past the timeout: it reads rank 0's busy mark
         job.advance(watchdog.PERIOD_S)
-    writer.tick()
+    writer.judge.tick()
     job.advance(LIMIT - 1 - 5 * watchdog.PERIOD_S)
-    writer.tick()
-    waiter.tick()
+    writer.judge.tick()
+    waiter.judge.tick()
     job.advance(5 * watchdog.PERIOD_S + 2)
-    writer.tick()
+    writer.judge.tick()
     with pytest.raises(Ended) as ended:  # still waiting a timeout after the write: a hang
-        waiter.tick()
+        waiter.judge.tick()
     assert "rank 0 on algo-1" in ended.value.line
 
 
@@ -221,17 +223,17 @@ def test_a_busy_peer_whose_heartbeat_stopped_is_a_hang(job):
     """A rank that was writing and then stopped (SIGSTOP, a frozen host) does not hold the judgement off."""
     writer, waiter = job.rank(0, [job.entry(6, 0, retired=True)]), job.rank(1)
     with writer.status.busy("writing last.ckpt"):
-        writer.tick()
+        writer.judge.tick()
     job.advance(LIMIT + 1)
     with pytest.raises(Ended) as ended:
-        waiter.tick()
+        waiter.judge.tick()
     assert f"rank 0 on algo-1 did not arrive: no heartbeat for {LIMIT + 1:.0f} s at step 5" in ended.value.line
 
 
 def test_the_first_line_written_wins(job):
     first, second = job.rank(1), job.rank(0)
-    assert first.claim("rank 1's line") == "rank 1's line"
-    assert second.claim("rank 0's line") == "rank 1's line"
+    assert first.judge.claim("rank 1's line") == "rank 1's line"
+    assert second.judge.claim("rank 0's line") == "rank 1's line"
 
 
 def test_every_rank_ends_with_the_first_line_the_stuck_one_too(job):
@@ -240,9 +242,9 @@ def test_every_rank_ends_with_the_first_line_the_stuck_one_too(job):
     stuck, judging = job.rank(0, [job.entry(6, 0, retired=True)]), job.rank(1)
     job.advance(LIMIT + 1)
     with pytest.raises(Ended) as ended:
-        judging.tick()
+        judging.judge.tick()
     with pytest.raises(Ended) as read:
-        stuck.tick()
+        stuck.judge.tick()
     assert read.value.line == ended.value.line
     assert "on rank 1 (algo-2" in read.value.line
 
@@ -252,20 +254,20 @@ def test_rank_0_keeps_the_store_up_until_the_stuck_rank_has_read_the_line(job):
     says so), not after a fixed sleep that a slow reader could outlast."""
     judging, stuck = job.rank(0), job.rank(1, [job.entry(6, 0, retired=True)])
     job.advance(LIMIT + 1)
-    stuck.tick()  # beats: rank 0 waits for it
+    stuck.judge.tick()  # beats: rank 0 waits for it
     read, paused = [], []
 
     def pause(seconds):  # while rank 0 waits, time passes and rank 1 beats
         paused.append(seconds)
         job.advance(seconds)
         try:
-            stuck.tick()
+            stuck.judge.tick()
         except Ended as e:
             read.append(e.line)
 
-    judging.pause = pause
+    judging.judge.pause = pause
     with pytest.raises(Ended) as ended:
-        judging.tick()
+        judging.judge.tick()
     assert read == [ended.value.line]
     assert len(paused) == 1  # it ended once rank 1 had read the line, not at its bound
 
@@ -273,12 +275,12 @@ def test_rank_0_keeps_the_store_up_until_the_stuck_rank_has_read_the_line(job):
 def test_rank_0_waits_a_bounded_time_for_a_peer_that_never_reads_the_line(job):
     judging, silent = job.rank(0), job.rank(1, [job.entry(6, 0, retired=True)])
     job.advance(LIMIT + 1)
-    silent.tick()  # it beats once, then its watchdog thread never runs again (its heartbeat is fresh for a while)
+    silent.judge.tick()  # it beats once, then its watchdog thread never runs again (its heartbeat is fresh for a while)
     paused = []
-    judging.pause = lambda seconds: paused.append(seconds) or job.advance(seconds)
+    judging.judge.pause = lambda seconds: paused.append(seconds) or job.advance(seconds)
     with pytest.raises(Ended):
-        judging.tick()
-    assert watchdog.READ_PERIODS * watchdog.PERIOD_S <= sum(paused) <= (watchdog.READ_PERIODS + 1) * watchdog.PERIOD_S
+        judging.judge.tick()
+    assert judge.READ_PERIODS * watchdog.PERIOD_S <= sum(paused) <= (judge.READ_PERIODS + 1) * watchdog.PERIOD_S
 
 
 @pytest.fixture
@@ -300,15 +302,15 @@ def test_a_store_that_does_not_answer_holds_nothing_and_is_named_past_the_timeou
     """The thread goes on beating (nothing waits longer than the Link's wait, one call at most waits on the store);
     past the timeout, the line says the store does not answer, where it is, and what it means."""
     wd = job.rank(1)
-    wd.link, tried = silent_store
+    wd.judge.link, tried = silent_store
     job.advance(STALE_S + 1)
-    wd.tick()
+    wd.judge.tick()
     job.advance(LIMIT - STALE_S - 2)
-    wd.tick()
+    wd.judge.tick()
     assert len(tried) == 1  # the second beat did not start a call behind the first
     job.advance(2)
     with pytest.raises(Ended) as ended:
-        wd.tick()
+        wd.judge.tick()
     assert ended.value.line == (
         "a step (the main thread made no progress) did not finish within the training timeout of 100 s "
         f"(training_timeout) on rank 1 (algo-2), and the job's store at 127.0.0.1:{job.port} does not answer (an "
@@ -321,41 +323,41 @@ def test_a_store_that_misses_a_beat_is_not_blamed(job, silent_store):
     as a peer's heartbeat, before the line blames it."""
     stuck = job.rank(1, [job.entry(6, 0, retired=True)])  # stuck past the timeout, in no collective
     job.advance(LIMIT + 1)
-    stuck.tick()  # the store answers
-    stuck.link, _ = silent_store
-    stuck.tick()
+    stuck.judge.tick()  # the store answers
+    stuck.judge.link, _ = silent_store
+    stuck.judge.tick()
     job.advance(STALE_S - 1)
-    stuck.tick()
+    stuck.judge.tick()
     job.advance(2)
     with pytest.raises(Ended) as ended:
-        stuck.tick()
+        stuck.judge.tick()
     assert "does not answer" in ended.value.line
 
 
 def test_a_stuck_rank_that_can_no_longer_read_the_line_ends_on_its_own(job, silent_store):
     """Rank 0 ended (its store with it) before the stuck rank read the line: stuck past the timeout, it ends."""
     stuck = job.rank(1, [job.entry(6, 0, retired=True)])
-    stuck.link, _ = silent_store
+    stuck.judge.link, _ = silent_store
     job.advance(LIMIT + 1)
     with pytest.raises(Ended) as ended:
-        stuck.tick()
+        stuck.judge.tick()
     assert "does not answer" in ended.value.line
 
 
 def test_a_silent_store_ends_no_rank_that_writes_a_checkpoint(job, silent_store):
     wd = job.rank(0)
-    wd.link, _ = silent_store
+    wd.judge.link, _ = silent_store
     job.advance(LIMIT + 1)
     with wd.status.busy("writing last.ckpt"):
-        wd.tick()
+        wd.judge.tick()
 
 
 def test_a_ranks_first_heartbeat_is_written_as_its_thread_starts(job):
     """Not a period later: a rank frozen within its first period of training (fast first steps) had no heartbeat, and
     was named as a rank that never reached training, its host "?" (tests/container/test_reliability.py's frozen host)."""
     wd = job.rank(1)
-    wd.stopping.set()  # the thread ends at its first wait
-    wd._run()
+    wd.judge.stopping.set()  # the thread ends at its first wait
+    wd.judge.run()
     assert job.store.check([heartbeats.stored("1")])
 
 
@@ -364,12 +366,12 @@ def test_rank_zeros_hang_line_ends_with_the_goodput_so_far(job):
     wd = job.rank(0)
     attempt = goodput.Attempt(goodput.Ledger(), 0.0, wall=lambda: 100.0)
     attempt.ledger.spent("start-up", 20.0)
-    attempt.training, wd.goodput = True, attempt
+    attempt.training, wd.judge.goodput = True, attempt
     steps(wd, 0, 1)
     wd.on_train_batch_start(None, None, None, 2)
     job.advance(LIMIT + 1)
     with pytest.raises(Ended) as ended:
-        wd.tick()
+        wd.judge.tick()
     assert "within the training timeout" in ended.value.line
     hang = ended.value.line.partition("; goodput so far ")[0]
     assert hang != ended.value.line == attempt.so_far(hang) and "start-up 20 s" in ended.value.line

@@ -43,9 +43,9 @@ def test_an_abort_line_the_ranks_did_not_sign_ends_nothing_and_is_said_once(job,
     """Before: every rank ended with the intruder's text as the job's FailureReason."""
     wd = job.rank(1)
     intruder(heartbeats.ABORT, "everyone exit 1")
-    wd.tick()
+    wd.judge.tick()
     intruder(heartbeats.ABORT, heartbeats.signed(b"another key" * 3, heartbeats.ABORT, "everyone exit 1"))
-    wd.tick()
+    wd.judge.tick()
     assert warnings(capsys.readouterr().out) == [
         f"warning: a value not signed by this job's ranks was written to {heartbeats.stored('abort')} (no valid "
         f"signature): ignored; the store at 127.0.0.1:{job.port} (MASTER_ADDR:MASTER_PORT) is reachable by "
@@ -61,7 +61,7 @@ def test_a_forged_busy_heartbeat_hides_no_hang(job, intruder):
     for name in ("0", heartbeats.BUSY):
         intruder(name, json.dumps({**forged, "arrived": {}, "ended": False}))
     with pytest.raises(Ended) as ended:
-        wd.tick()
+        wd.judge.tick()
     assert ended.value.line.endswith(
         "rank 0 on ? did not arrive: its heartbeat in the store was replaced by a value not signed by this job's ranks"
     )
@@ -70,10 +70,10 @@ def test_a_forged_busy_heartbeat_hides_no_hang(job, intruder):
 def test_a_heartbeat_that_does_not_parse_says_so_and_blames_no_host(job, capsys):
     """Before: the parse error escaped as a silent store, and the line blamed rank 0's host as stopped or gone."""
     wd = job.rank(1)
-    wd.link.call(lambda store: store.set("0", heartbeats.signed(KEY, "0", '{"host": "algo-1", "t": "soon"}')))
+    wd.judge.link.call(lambda store: store.set("0", heartbeats.signed(KEY, "0", '{"host": "algo-1", "t": "soon"}')))
     job.advance(LIMIT + 1)
     with pytest.raises(Ended) as ended:
-        wd.tick()
+        wd.judge.tick()
     wrong = "t, step, last, arrived, ended missing or not of its type"
     assert ended.value.line.endswith(f"rank 0 on ? did not arrive: its heartbeat does not parse ({wrong})")
     assert "does not answer" not in ended.value.line
@@ -127,19 +127,19 @@ def test_a_store_that_accepts_but_never_answers_holds_the_watchdog_no_longer_tha
     listening = socket.create_server(("127.0.0.1", 0))
     job.address = f"127.0.0.1:{listening.getsockname()[1]}"
     wd = job.rank(1)
-    wd.link = heartbeats.Link(functools.partial(heartbeats.connect, job.address), wait_s=0.2)
+    wd.judge.link = heartbeats.Link(functools.partial(heartbeats.connect, job.address), wait_s=0.2)
     job.advance(LIMIT + 1)
     ended: list[Ended] = []
 
     def tick():
         try:
-            wd.tick()
+            wd.judge.tick()
         except Ended as e:
             ended.append(e)
 
     thread = threading.Thread(target=tick, daemon=True)
     thread.start()
-    thread.join(timeout=25 * wd.link.wait_s)  # the tick waits for the store once
+    thread.join(timeout=25 * wd.judge.link.wait_s)  # the tick waits for the store once
     assert not thread.is_alive()
     assert "does not answer (no answer within 0.2 s)" in ended[0].line
     listening.close()
