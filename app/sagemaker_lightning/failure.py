@@ -11,7 +11,7 @@ A failure becomes that line through one of two tables a reader can scan, each fi
   TOOLKIT     boot/toolkit_failure.py: the text the training toolkit or a launcher (torchrun, mpirun) left when a
               process failed → its line; PID 1 asks it
 The runtime raises what it finds (UserError for what the user can fix). Three places report a line themselves, each
-where no exception could carry it: the watchdog, whose thread ends a process stuck in a collective (health/watchdog.py);
+where no exception could carry it: the watchdog, whose thread ends a process stuck in a collective (health/judge.py);
 Lightning's process launcher's log record of an ended local rank, before it kills the others (stop/process.py); PID 1.
 
     SM_OUTPUT_DIR=/tmp python -c "from sagemaker_lightning import failure; failure.report('data.batch_size must be positive')"

@@ -1,4 +1,4 @@
-"""The watchdog's values in the job's TCP store (watchdog.py): each rank's heartbeat, the busy mark and the abort line;
+"""The watchdog's values in the job's TCP store (judge.py): each rank's heartbeat, the busy mark and the abort line;
 what a heartbeat says, and the line made of them.
 
 The store answers anyone who reaches MASTER_PORT, so every value is HMAC-SHA256 signed with a key the ranks agree on

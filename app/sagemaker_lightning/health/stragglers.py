@@ -1,5 +1,5 @@
 """Stragglers: the host every other host waits for, from the arrival times of the collectives each rank recorded
-(torch's flight recorder, published in the watchdog's heartbeats: watchdog.py), for the progress line
+(torch's flight recorder, published in the watchdog's heartbeats: judge.py), for the progress line
 (`hosts: slowest algo-2 1.02x the median`: lines.spread) and a warning when one host is much slower than the others.
 
 Data-parallel ranks all take the same time per step: each waits for the last in every collective. So the step time
