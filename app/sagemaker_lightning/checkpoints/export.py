@@ -21,7 +21,7 @@ import torch
 
 from sagemaker_lightning.checkpoints.atomic import replacing
 from sagemaker_lightning.checkpoints.io import read
-from sagemaker_lightning.checkpoints.layout import sharding
+from sagemaker_lightning.checkpoints.layout import CONFIG, MODEL, sharding
 from sagemaker_lightning.failure import UserError
 from sagemaker_lightning.lines import say
 from sagemaker_lightning.toolbox.location import inside, remote
@@ -30,8 +30,8 @@ from sagemaker_lightning.toolbox.location import inside, remote
 def write(model_dir: str, state: dict, config_yaml: str) -> str:
     """Both files under partial names first; model.pt renamed last: its presence means the export is complete."""
     os.makedirs(model_dir, exist_ok=True)
-    path = os.path.join(model_dir, "model.pt")
-    with replacing(path) as model, replacing(os.path.join(model_dir, "config.yaml")) as config:
+    path = os.path.join(model_dir, MODEL)
+    with replacing(path) as model, replacing(os.path.join(model_dir, CONFIG)) as config:
         with open(config, "w", encoding="utf-8") as f:
             f.write(config_yaml)
         torch.save(state, model)

@@ -1,5 +1,5 @@
-"""checkpoint.dirpath's layout: the names of what the runtime writes there, each written here only, and that a save
-writes and deletes nowhere else (`unlinked`). No torch.
+"""checkpoint.dirpath's layout and model_dir's: the names of what the runtime writes there, each written here only,
+and that a save writes and deletes nowhere else (`unlinked`). No torch.
 
     python -c "from sagemaker_lightning.checkpoints import layout; print(layout.LAST, layout.PREVIOUS)"
 """
@@ -7,12 +7,16 @@ writes and deletes nowhere else (`unlinked`). No torch.
 import os
 
 from sagemaker_lightning.failure import UserError
+from sagemaker_lightning.toolbox.concern import Setting
 
 # checkpoint.dirpath's layout
 LAST = "last.ckpt"  # the newest save (a file; with fsdp a folder of saves: sharded_saves.py), the one resumed from
 PREVIOUS = "last-previous.ckpt"  # last.ckpt's predecessor, kept while last.ckpt is replaced and uploaded (atomic.py)
 META = "meta.pt"  # in a sharded save: Lightning's name for its non-tensor part (loops, callbacks)
 METADATA = ".metadata"  # in a sharded save: DCP's index of the shards, written last (rank 0's, after every shard)
+# model_dir's layout: the trained model after fit (export.py), which SageMaker packs into model.tar.gz
+MODEL_DIR = Setting("model_dir", str | None, None, "where rank 0 writes model.pt and config.yaml after fit")
+MODEL, CONFIG = "model.pt", "config.yaml"  # the weights (written last: its presence means complete), the configuration
 
 
 def sharding(strategy) -> bool:

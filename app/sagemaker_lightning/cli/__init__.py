@@ -2,7 +2,7 @@
 tools every concern shares are toolbox/'s).
 
 hub.py                LightningCLI: arguments, the plan, the trainer as a list of concerns, one-line failures
-settings.py           the runtime's settings, each declared once with its default and help
+settings.py           the parser's plumbing: the settings each concern declares beside it, in one group
 subcommands.py        which subcommand a command line runs
 precision.py          the machine's precision when the project sets none
 quiet.py              which warnings reach a job's log

@@ -6,11 +6,12 @@
 It is a subclass of the LightningCLI of the package the project's classes are built on (lightning.pytorch or
 pytorch_lightning: lightning_package.py), chosen when it is called, so a project's own subclass of it works with
 either. Outside a platform's job (Plan.in_job: SageMaker, Kubeflow, Slurm, torchrun; launch/platforms/) it is
-Lightning's (scripts/lightning_cli_suite.py runs Lightning's own tests against it): it adds the runtime's settings to
-the parser (settings.py), a one-line end to a script that fails (failure.py, through sys.excepthook: a caller that
-catches gets Lightning's exception), the precision for the machine when the project sets none (precision.py) and only
-the warnings a user can act on (quiet.py); resuming and last.ckpt start with checkpoint.dirpath, the export with
-model_dir; options without a subcommand or a config file run fit, as in a job. In a job, in this order:
+Lightning's (scripts/lightning_cli_suite.py runs Lightning's own tests against it): it adds the runtime's settings,
+those its concerns declare, to the parser (settings.py), a one-line end to a script that fails (failure.py, through
+sys.excepthook: a caller that catches gets Lightning's exception), the precision for the machine when the project sets
+none (precision.py) and only the warnings a user can act on (quiet.py); resuming and last.ckpt start with
+checkpoint.dirpath, the export with model_dir; options without a subcommand or a config file run fit, as in a job. In a
+job, in this order:
   1. arguments (arguments.py; on SageMaker: its typed hyperparameters, `fit` when no subcommand is given, the job's
      paths before the user's arguments so that theirs win); errors raise, as one line;
   2. the launch plan (launch/plan.py), read from the environment when the CLI is made, completed with the resolved
@@ -162,7 +163,7 @@ class LightningCLI:
 
     def add_default_arguments_to_parser(self, parser) -> None:
         super().add_default_arguments_to_parser(parser)
-        settings.add_to(parser, self.pl)
+        settings.add_to(parser, self.pl, CONCERNS)
 
     def parse_arguments(self, parser, args) -> None:
         if isinstance(args, Mapping) or hasattr(args, "as_dict"):
@@ -185,9 +186,8 @@ class LightningCLI:
         trainer = config.get("trainer") or {}  # a project's trainer class may take none of Trainer's arguments
         workers = next((config[k] for k in ("data.num_workers", "data.init_args.num_workers") if k in config), True)
         accelerator, devices = trainer.get("accelerator", "auto"), trainer.get("devices", "auto")
-        self.plan = self.plan.completed(
-            accelerator, devices, config["dist_timeout"], bool(workers), config["max_restarts"]
-        )
+        timeout, restarts_given = strategy.DIST_TIMEOUT.of(config), strategy.MAX_RESTARTS.of(config)
+        self.plan = self.plan.completed(accelerator, devices, timeout, bool(workers), restarts_given)
         if self.plan.in_job:
             self.plan.apply(os.environ, override=True)
             if trainer.get("num_nodes") == 1:  # Lightning's default: the job's hosts (another fails the world check)

@@ -17,7 +17,7 @@ import os
 
 from sagemaker_lightning.failure import UserError
 
-SETTING = "streaming.trusted_formats"  # the runtime's setting (cli/settings.py): decoders a project admits beyond these
+SETTING = "streaming.trusted_formats"  # the runtime's setting (training_loader.py): decoders admitted beyond these
 VARIABLE = "SAGEMAKER_LIGHTNING_TRUSTED_FORMATS"  # the setting as the runtime hands it to the job's processes
 # (data/training_loader.py): the data module's check_source and litdata's DataLoader workers read it there
 # litdata 0.2.76's decoders (litdata/streaming/serializers.py, each read there) that make a number, an array, text,

@@ -16,8 +16,17 @@ from sagemaker_lightning.data import decoders
 from sagemaker_lightning.data.resumable import ResumableEpoch, resumable, seed_all
 from sagemaker_lightning.data.streaming import StreamingEpochs, is_streaming, prepared
 from sagemaker_lightning.lines import say
-from sagemaker_lightning.toolbox.concern import Context, Part
+from sagemaker_lightning.toolbox.concern import Context, Part, Setting, declares
 from sagemaker_lightning.toolbox.lightning_package import attribute, made
+
+TRUSTED_FORMATS = Setting(  # data streamed with litdata (decoders.py)
+    decoders.SETTING,
+    list[str],
+    [],
+    "litdata decoders a streamed dataset may use beyond numbers, arrays, text and images "
+    f"({', '.join(sorted(decoders.ADMITTED))}), e.g. [pickle]: each can run code that whoever can write the data's "
+    "prefix or channel chose, so name one only where no one else can write it",
+)
 
 
 def wrapped(loader, trainer):
@@ -106,11 +115,12 @@ def restarted(epoch: int, done: int, loader) -> str:
     )
 
 
+@declares(TRUSTED_FORMATS)
 def concern(ctx: Context) -> Part:
     """In a job, or where a rerun resumes from checkpoint.dirpath: the training loader wrapped, and a streamed one's
     epochs kept exact (StreamingEpochs). Anywhere: the decoders the project admits for streamed data
-    (decoders.SETTING), handed to every check of the process."""
-    decoders.admit(ctx.config.get(decoders.SETTING), os.environ)
+    (TRUSTED_FORMATS), handed to every check of the process."""
+    decoders.admit(TRUSTED_FORMATS.of(ctx.config), os.environ)
     if not (ctx.plan.in_job or (ctx.model_checkpoint and ctx.model_checkpoint.dirpath)):
         return Part()
     # StreamingEpochs first: at the start of training it loads the states Lightning skipped, which TrainingLoader reads

@@ -17,10 +17,12 @@ import threading
 import time
 from collections import deque
 
+from jsonargparse.typing import PositiveFloat
+
 from sagemaker_lightning.health import heartbeats
 from sagemaker_lightning.health.heartbeats import PERIOD_S
 from sagemaker_lightning.health.judge import Judge, Progress
-from sagemaker_lightning.toolbox.concern import Context, Part
+from sagemaker_lightning.toolbox.concern import Context, Part, Setting, declares
 from sagemaker_lightning.toolbox.lightning_package import made
 from sagemaker_lightning.toolbox.status import Status
 
@@ -29,6 +31,12 @@ TIMES_MEDIAN = 10  # a derived timeout: this many median steps
 UNTIMED = 2  # intervals of a process's start not timed: up to the first batch, and the first step (it compiles and
 # warms up: it is a busy mark, no hang, and no measure of the steps after it)
 FIRST_STEP = "the first step (compiling, warming up)"  # the busy mark of each rank's first step
+TIMEOUT = Setting(
+    "training_timeout",
+    PositiveFloat | None,
+    None,
+    f"seconds a collective may take once training runs (null: {TIMES_MEDIAN}x the median step, at least {FLOOR_S:g} s)",
+)
 
 
 def timeout_s(given: float | None, step_seconds: list[float], dist_timeout_s: float) -> float:
@@ -116,9 +124,10 @@ class Watchdog:
             self.thread = None
 
 
+@declares(TIMEOUT)
 def concern(ctx: Context) -> Part:
     """The Watchdog in a job: a hang names itself, stragglers show."""
     if not ctx.plan.in_job:
         return Part()
-    given_s, made_here = ctx.config["training_timeout"], made(Watchdog, ctx.pl)
+    given_s, made_here = TIMEOUT.of(ctx.config), made(Watchdog, ctx.pl)
     return Part(callbacks=[made_here(given_s=given_s, plan=ctx.plan, status=ctx.status, goodput=ctx.goodput)])

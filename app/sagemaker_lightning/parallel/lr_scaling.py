@@ -5,8 +5,10 @@ Lightning package (lightning_package.made).
 """
 
 from sagemaker_lightning.lines import say
-from sagemaker_lightning.toolbox.concern import Context, Part
+from sagemaker_lightning.toolbox.concern import Context, Part, Setting, declares
 from sagemaker_lightning.toolbox.lightning_package import made
+
+SCALE_LR = Setting("scale_lr_by_world_size", bool, False, "optimizer lr × number of processes")
 
 
 class LinearLRScaling:
@@ -30,6 +32,7 @@ class LinearLRScaling:
             say(f"learning rate × world size {factor} (linear scaling): {lrs}")
 
 
+@declares(SCALE_LR)
 def concern(ctx: Context) -> Part:
     """LinearLRScaling when scale_lr_by_world_size is on."""
-    return Part(callbacks=[made(LinearLRScaling, ctx.pl)()] if ctx.config["scale_lr_by_world_size"] else [])
+    return Part(callbacks=[made(LinearLRScaling, ctx.pl)()] if SCALE_LR.of(ctx.config) else [])

@@ -11,11 +11,23 @@ without a timeout every collective waits torch's 30 minutes. The plan knows who 
 import inspect
 from datetime import timedelta
 
+from jsonargparse.typing import NonNegativeInt
+
 from sagemaker_lightning.failure import UserError
-from sagemaker_lightning.launch.plan import Plan
+from sagemaker_lightning.launch.plan import DEFAULT_TIMEOUT_S, Plan
 from sagemaker_lightning.parallel import fsdp
-from sagemaker_lightning.toolbox.concern import Context, Part, listed
+from sagemaker_lightning.toolbox.concern import Context, Part, Setting, declares, listed
 from sagemaker_lightning.toolbox.lightning_package import attribute, made
+
+# the plan's own settings: the hub completes the plan with them before any concern runs (cli/hub.py)
+DIST_TIMEOUT = Setting("dist_timeout", int, DEFAULT_TIMEOUT_S, "seconds a rank waits for the others")
+MAX_RESTARTS = Setting(  # platforms beyond SageMaker's training jobs (docs/platforms.md)
+    "max_restarts",
+    NonNegativeInt | None,
+    None,
+    "where the runtime starts torchrun (LAUNCHER=torchrun, a PyTorchJob or TrainJob): times every rank restarts from "
+    "last.ckpt when one fails (null: the job's PET_MAX_RESTARTS, else 0)",
+)
 
 
 class LoneDDP:
@@ -88,6 +100,7 @@ def arguments(
     return {"plugins": [*plugins, cluster]} if cluster else {}
 
 
+@declares(DIST_TIMEOUT, MAX_RESTARTS)
 def concern(ctx: Context) -> Part:
     """The strategy (or, for a strategy object the configuration built, nothing: it is wired in place) on the plan's
     cluster, backend and timeout; trainer.strategy=fsdp with the `fsdp` settings."""

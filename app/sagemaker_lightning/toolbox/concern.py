@@ -1,6 +1,7 @@
 """The one shape of a trainer concern: a function from a Context (what is known when the trainer is built) to a Part
 (its callbacks, plugins and trainer arguments). The hub (hub.py) lists the concerns in order, and that list is the
-callbacks' order: no concern moves itself or another.
+callbacks' order: no concern moves itself or another. A concern declares the runtime's settings it reads beside it
+(`declares`, each a Setting), and the hub adds them to its parser in the same order (cli/settings.py).
 
 Lightning moves every checkpoint callback (ModelCheckpoint) to the end of the list, when the trainer is made and again
 when the model adds callbacks of its own (configure_callbacks). What must come after them (last.ckpt, saved once the
@@ -17,6 +18,30 @@ from typing import Any
 
 from sagemaker_lightning.launch.plan import Plan
 from sagemaker_lightning.toolbox.status import Status
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One of the runtime's settings: `--key value`, a YAML config's key or a SageMaker hyperparameter."""
+
+    key: str
+    type: Any
+    default: Any
+    help: str
+
+    def of(self, config: Mapping):
+        """Its value in the subcommand's resolved configuration."""
+        return config[self.key]
+
+
+def declares(*settings: Setting):
+    """Marks a concern (a function Context → Part) with the settings it reads, for the hub's parser."""
+
+    def marked(concern):
+        concern.settings = settings
+        return concern
+
+    return marked
 
 
 @dataclass(kw_only=True)

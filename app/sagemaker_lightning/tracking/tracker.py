@@ -30,19 +30,40 @@ import json
 import os
 import time
 
+from sagemaker_lightning.checkpoints.layout import CONFIG, MODEL, MODEL_DIR
 from sagemaker_lightning.failure import UserError
 from sagemaker_lightning.lines import say
-from sagemaker_lightning.toolbox.concern import Context, Part, listed
+from sagemaker_lightning.toolbox.concern import Context, Part, Setting, declares, listed
 from sagemaker_lightning.toolbox.lightning_package import attribute, made
 from sagemaker_lightning.toolbox.redact import redacted, shown_url
 from sagemaker_lightning.tracking.record import continued, identity, read_record, write_record
-from sagemaker_lightning.tracking.uri import check_uri, experiment_name
+from sagemaker_lightning.tracking.uri import DEFAULT_EXPERIMENT, check_uri, experiment_name
 
 OPEN_WAIT_S = 5.0  # the most a fit's start waits for the run's id, where it needs it (system metrics, MLFlowLogger)
 STOP_WAIT_S = 5.0  # the most a stopped or failed fit waits for its last points and end state (after its checkpoint)
 FINISH_WAIT_S = 300.0  # the most a finished fit waits for them and its artifacts (model.pt uploads)
 SYSTEM_EVERY_S = 10.0  # between samples of a host's CPU, memory and GPU (MLflow's own default), unless the job sets
 # MLflow's MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL
+TRACKING_URI = Setting(
+    "mlflow.tracking_uri",
+    str | None,
+    None,
+    "an http(s) URL or a SageMaker MLflow tracking server's or app's ARN; null: on SageMaker MLFLOW_TRACKING_URI, else "
+    "no tracking",
+)
+EXPERIMENT = Setting(
+    "mlflow.experiment_name",
+    str | None,
+    None,
+    f"null: MLFLOW_EXPERIMENT_NAME, else the job's name less its timestamp, else {DEFAULT_EXPERIMENT}",
+)
+LOG_MODEL = Setting("mlflow.log_model", bool, False, "model.pt and config.yaml as the run's artifacts after fit")
+SYSTEM_METRICS = Setting(
+    "mlflow.system_metrics",
+    bool,
+    False,
+    f"each host's CPU, memory and GPU utilisation in the run, every {SYSTEM_EVERY_S:g} s",
+)
 
 
 class Tracker:
@@ -164,7 +185,7 @@ class Tracker:
 
     def on_fit_end(self, trainer, pl_module):
         if self.run is not None and self.log_model and self.model_dir:
-            self.run.artifacts([os.path.join(self.model_dir, name) for name in ("model.pt", "config.yaml")])
+            self.run.artifacts([os.path.join(self.model_dir, name) for name in (MODEL, CONFIG)])
         self._end("FINISHED", FINISH_WAIT_S, trainer.global_step)
 
     def on_exception(self, trainer, pl_module, exception):
@@ -212,13 +233,14 @@ def _through(tracker: Tracker, logger) -> None:
     logger.finalize = lambda status="success": None  # the tracker sets the end state
 
 
+@declares(TRACKING_URI, EXPERIMENT, LOG_MODEL, SYSTEM_METRICS)
 def concern(ctx: Context) -> Part:
     """The Tracker when tracking is on (module docstring), after every checkpoint callback: a stop's wait for the
     server comes after its checkpoint. A project's MLFlowLogger (trainer.logger: one or a list) logs through it."""
     pl, plan, config = ctx.pl, ctx.plan, ctx.config
     mlflow_logger = attribute(pl, "loggers.MLFlowLogger")
     own = [item for item in listed(ctx.trainer.get("logger")) if isinstance(item, mlflow_logger)]
-    uri = config["mlflow.tracking_uri"] or (os.environ.get("MLFLOW_TRACKING_URI") if plan.on_sagemaker else None)
+    uri = TRACKING_URI.of(config) or (os.environ.get("MLFLOW_TRACKING_URI") if plan.on_sagemaker else None)
     if not uri and own and plan.on_sagemaker and own[0]._tracking_uri.startswith(("http", "arn:")):
         uri = own[0]._tracking_uri
     if not uri:
@@ -228,25 +250,24 @@ def concern(ctx: Context) -> Part:
     for module, package in needed.items():
         if importlib.util.find_spec(module) is None:  # imported on the run's thread, not at every rank's start
             raise UserError(f"tracking in MLflow needs {package}, which is not installed: pip install {package}")
-    if config["mlflow.log_model"] and not config["model_dir"]:
+    model_dir, log_model = MODEL_DIR.of(config), LOG_MODEL.of(config)
+    if log_model and not model_dir:
         say("mlflow: mlflow.log_model logs model_dir's model.pt and config.yaml, but model_dir is not set: none")
     job = plan.job_name
     tags = {}
     if plan.on_sagemaker:
         tags = {"sagemaker.job_name": job or "", "sagemaker.hosts": ",".join(plan.hosts)}
         tags["sagemaker.instance_type"] = plan.instance_type
-    experiment = experiment_name(
-        config["mlflow.experiment_name"], os.environ, own[0]._experiment_name if own else None, job
-    )
+    experiment = experiment_name(EXPERIMENT.of(config), os.environ, own[0]._experiment_name if own else None, job)
     tracker = made(Tracker, pl)(
         uri=uri,
         experiment=experiment,
         job=job,
         tags={k: v for k, v in tags.items() if v},
         host=plan.host,
-        model_dir=config["model_dir"],
-        log_model=config["mlflow.log_model"],
-        system_metrics=config["mlflow.system_metrics"],
+        model_dir=model_dir,
+        log_model=log_model,
+        system_metrics=SYSTEM_METRICS.of(config),
         config_yaml=ctx.config_yaml,
         loggers=own,
         goodput=ctx.goodput,

@@ -17,14 +17,13 @@ import torch
 import torch.distributed as dist
 
 from sagemaker_lightning.failure import UserError
-from sagemaker_lightning.health import preflight
+from sagemaker_lightning.health import preflight, preflight_verdict
 from sagemaker_lightning.health.efa import findings as efa_findings
-from sagemaker_lightning.health.preflight import (
+from sagemaker_lightning.health.preflight import Preflight, compute_problem
+from sagemaker_lightning.health.preflight_verdict import (
     Findings,
     Measured,
-    Preflight,
     busbw,
-    compute_problem,
     device_problems,
     floor,
     slow_hosts,
@@ -330,7 +329,7 @@ def test_every_rank_reaches_rank_0s_verdict_and_preflight_off_runs_nothing(free_
 
     expected = (
         f"pre-flight devices check failed on host algo-10 (rank 1): torch sees {torch.cuda.device_count()} GPU(s) but "
-        f"SM_NUM_GPUS={MISSING_GPU[1]}; {preflight.FIX['devices']}"
+        f"SM_NUM_GPUS={MISSING_GPU[1]}; {preflight_verdict.FIX['devices']}"
     )
     assert first["devices"][:2] == second["devices"][:2] == (expected, [])
 
