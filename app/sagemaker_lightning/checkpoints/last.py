@@ -22,6 +22,7 @@ import time
 from sagemaker_lightning import lines
 from sagemaker_lightning.checkpoints.atomic import clear_partials
 from sagemaker_lightning.checkpoints.layout import LAST, sharding
+from sagemaker_lightning.checkpoints.validation import validation_follows, validation_not_run
 from sagemaker_lightning.failure import UserError
 from sagemaker_lightning.lines import say
 from sagemaker_lightning.stop import restarts
@@ -58,25 +59,6 @@ def confined(state: dict, dirpath: str | None, mode: str) -> tuple[dict, list[st
     return kept, list(dict.fromkeys(dropped))
 
 
-@contextlib.contextmanager
-def validation_not_run(trainer):
-    """A save inside a fit's validation as one made before it began: Lightning, resumed from it, runs that validation
-    whole (it takes a validation whose batches it counts as done for run, and skips it: its metrics, the best
-    checkpoint's choice and a tuning job's objective line for that epoch would be lost)."""
-    if not trainer.validating or trainer.sanity_checking:
-        yield
-        return
-    progress = trainer.fit_loop.epoch_loop.val_loop.batch_progress
-    kept, before = progress.state_dict(), progress.total.completed - progress.current.completed
-    for counter, done in ((progress.total, before), (progress.current, 0)):  # one batch begun, none processed:
-        counter.ready = counter.started = done + 1  # Lightning's mark of a validation cut short, which it runs
-        counter.processed = counter.completed = done  # again from its first batch
-    try:
-        yield
-    finally:
-        progress.load_state_dict(kept)
-
-
 def interval_steps(seconds_per_step: float, target_s: float = AUTO_INTERVAL_S) -> int:
     """Optimizer steps in about `target_s` seconds of training, at least 1."""
     return max(1, round(target_s / max(seconds_per_step, 1e-9)))
@@ -87,7 +69,7 @@ class LastCheckpoint:
     when SageMaker stops the job (SIGTERM on StopTrainingJob or spot interruption: Lightning stops every rank at the
     same step boundary, where they save it together). The training loader's state in it (data/resumable.py) makes a
     resumed run continue as the uninterrupted one would. A save due at a step that a validation follows is made after
-    that validation, and a stop's save inside one as if it had not begun (validation_not_run): either way the resumed
+    that validation, and a stop's save inside one as if it had not begun (validation.py): either way the resumed
     run runs each validation the uninterrupted one ran.
 
     Where SIGTERM cannot reach the training processes (`unprotected` says why: PID 1 is not the image's entrypoint,
@@ -207,8 +189,7 @@ class LastCheckpoint:
         if self.every_n_steps and step % self.every_n_steps == 0 and step != self._saved_step:
             # before a validation that follows this step, Lightning would count that validation as run: a run resumed
             # from it would skip it
-            fit_loop = trainer.fit_loop
-            self._after_validation = fit_loop.epoch_loop._should_check_val_fx(fit_loop._data_fetcher)
+            self._after_validation = validation_follows(trainer)
             if not self._after_validation:
                 self.save(trainer)
 
