@@ -47,7 +47,7 @@ ROWS = (
     ("pl.loops.fit_loop._FitLoop", "_data_fetcher", "checkpoints/validation.py"),
     ("pl.loops.fit_loop._FitLoop", "_combined_loader", "data/streaming.py, data/training_loader.py"),
     ("pl.loops.fit_loop._FitLoop", "_load_combined_loader_states", "data/streaming.py"),
-    ("pl.callbacks.ModelCheckpoint", "_legacy_state_key", "checkpoints/last.py"),
+    ("pl.callbacks.ModelCheckpoint", "_legacy_state_key", "checkpoints/confine.py"),
     ("pl.cli.LightningCLI", "_parser", "cli/hub.py"),
     ("pl.cli.LightningCLI", "_instantiate_trainer", "cli/hub.py"),
     (MPS, "_data_parallel_size", "parallel/fsdp.py"),

@@ -6,10 +6,8 @@ file deleted here is deleted there too) and restores it on a restarted (spot) jo
 from last.ckpt there, or from the newest checkpoint that can be resumed from when last.ckpt cannot (resume.py).
 checkpoint.dirpath may be an s3:// URL as well. Its predecessor is kept as atomic.keep_previous says.
 
-ModelCheckpoint's state in a checkpoint names files it later reads (best_model_path: the export) and deletes (the
-k-th best, on a top-k update, with `fs.rm(recursive=True)`, on any URL): when a job resumes, every path there outside
-the callback's own checkpoint.dirpath is dropped (`confined`), said in one line, so that whoever can write the
-checkpoint location cannot steer a delete or a read elsewhere.
+The callback holds the hooks; the rules they apply are modules of their own: a save against the fit's validation
+(validation.py), ModelCheckpoint's state on resume confined to its dirpath (confine.py).
 
     python app/example/train.py ... --checkpoint.dirpath ckpts --last_checkpoint_every_n_steps 50
 """
@@ -21,42 +19,16 @@ import time
 
 from sagemaker_lightning import lines
 from sagemaker_lightning.checkpoints.atomic import clear_partials
+from sagemaker_lightning.checkpoints.confine import confine
 from sagemaker_lightning.checkpoints.layout import LAST, sharding
 from sagemaker_lightning.checkpoints.validation import validation_follows, validation_not_run
 from sagemaker_lightning.failure import UserError
 from sagemaker_lightning.lines import say
 from sagemaker_lightning.stop import restarts
 from sagemaker_lightning.toolbox.lightning_package import attribute
-from sagemaker_lightning.toolbox.location import inside
 
 AUTO_INTERVAL_S = 60  # where no SIGTERM arrives: last.ckpt about this often, so a stop loses about a minute at most
 MEASURED_STEPS = 3  # steps timed (after the first, which compiles and warms up) to choose that interval
-# ModelCheckpoint's state that names a file it reads or deletes (and best_k_models' keys)
-STATE_PATHS = ("best_model_path", "kth_best_model_path", "last_model_path")
-
-
-def confined(state: dict, dirpath: str | None, mode: str) -> tuple[dict, list[str]]:
-    """ModelCheckpoint's `state` less the paths outside `dirpath` (location.inside; all of them without one), and those
-    paths. A path dropped is "", an entry of best_k_models removed; the k-th best is then the worst one kept, as
-    ModelCheckpoint chooses it (`mode`: "min" or "max"), or left to the callback's own when none is kept."""
-
-    def outside(path) -> bool:
-        return bool(path) and not (dirpath and inside(str(path), dirpath))
-
-    kept = dict(state)
-    dropped = [str(state[key]) for key in STATE_PATHS if outside(state.get(key))]
-    kept.update({key: "" for key in STATE_PATHS if outside(state.get(key))})
-    best = state.get("best_k_models") or {}
-    dropped += [str(path) for path in best if outside(path)]
-    best = kept["best_k_models"] = {path: score for path, score in best.items() if not outside(path)}
-    if dropped and kept.get("kth_best_model_path") not in best:  # a top-k update pops it from best_k_models
-        if best:
-            kth = kept["kth_best_model_path"] = (max if mode == "min" else min)(best, key=best.get)
-            kept["kth_value"] = best[kth]
-        else:
-            kept.pop("kth_best_model_path", None)
-            kept.pop("kth_value", None)
-    return kept, list(dict.fromkeys(dropped))
 
 
 def interval_steps(seconds_per_step: float, target_s: float = AUTO_INTERVAL_S) -> int:
@@ -149,8 +121,7 @@ class LastCheckpoint:
         # on_train_epoch_end: Lightning calls "monitoring" callbacks' hooks after every other's. The last.ckpt saved
         # there did not hold it: a run resumed from it forgot the best checkpoint (it exported the final weights, and
         # kept the file the best should have replaced). Its hook, then this save where it changed the state
-        model_checkpoint = attribute(self.pl, "callbacks.ModelCheckpoint")
-        for callback in (c for c in trainer.callbacks if isinstance(c, model_checkpoint)):
+        for callback in self._model_checkpoints(trainer):
             hook = type(callback).on_train_epoch_end.__get__(callback)  # the class's: a second fit wraps it once
             callback.on_train_epoch_end = functools.partial(self._top_k_then_save, callback, hook)
             if self.io:
@@ -226,17 +197,7 @@ class LastCheckpoint:
     def on_load_checkpoint(self, trainer, pl_module, checkpoint):
         # before any callback's load_state_dict (Lightning calls every on_load_checkpoint first)
         self._saved_step = checkpoint["global_step"]
-        model_checkpoint = attribute(self.pl, "callbacks.ModelCheckpoint")
-        states = checkpoint.get("callbacks") or {}
-        for callback in (c for c in trainer.callbacks if isinstance(c, model_checkpoint)):
-            for key in {callback.state_key, callback._legacy_state_key} & states.keys():
-                states[key], dropped = confined(states[key], callback.dirpath, callback.mode)
-                if dropped and trainer.is_global_zero:
-                    say(
-                        f"ModelCheckpoint's state in the checkpoint names {', '.join(dropped)}, outside "
-                        f"checkpoint.dirpath {callback.dirpath}: dropped, never read or deleted (the checkpoint was "
-                        "written for another location, or not by a training job)"
-                    )
+        confine(checkpoint, self._model_checkpoints(trainer), announce=trainer.is_global_zero)
         if trainer.is_global_zero:
             chosen = self.resume_point.chosen if self.resume_point else None
             path = str(chosen or trainer.ckpt_path).rstrip("/")
@@ -253,3 +214,7 @@ class LastCheckpoint:
                 if self.every_n_steps
                 else "last.ckpt at each epoch's end",
             )
+
+    def _model_checkpoints(self, trainer) -> list:
+        model_checkpoint = attribute(self.pl, "callbacks.ModelCheckpoint")
+        return [c for c in trainer.callbacks if isinstance(c, model_checkpoint)]
