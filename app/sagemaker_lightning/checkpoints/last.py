@@ -6,8 +6,9 @@ file deleted here is deleted there too) and restores it on a restarted (spot) jo
 from last.ckpt there, or from the newest checkpoint that can be resumed from when last.ckpt cannot (resume.py).
 checkpoint.dirpath may be an s3:// URL as well. Its predecessor is kept as atomic.keep_previous says.
 
-The callback holds the hooks; the rules they apply are modules of their own: a save against the fit's validation
-(validation.py), ModelCheckpoint's state on resume confined to its dirpath (confine.py).
+The callback holds the hooks; the rules they apply are modules of their own: when last.ckpt is due by steps
+(interval.py), a save against the fit's validation (validation.py), ModelCheckpoint's state on resume confined to its
+dirpath (confine.py).
 
     python app/example/train.py ... --checkpoint.dirpath ckpts --last_checkpoint_every_n_steps 50
 """
@@ -20,20 +21,12 @@ import time
 from sagemaker_lightning import lines
 from sagemaker_lightning.checkpoints.atomic import clear_partials
 from sagemaker_lightning.checkpoints.confine import confine
+from sagemaker_lightning.checkpoints.interval import Interval
 from sagemaker_lightning.checkpoints.layout import LAST, sharding
 from sagemaker_lightning.checkpoints.validation import validation_follows, validation_not_run
-from sagemaker_lightning.failure import UserError
 from sagemaker_lightning.lines import say
 from sagemaker_lightning.stop import restarts
 from sagemaker_lightning.toolbox.lightning_package import attribute
-
-AUTO_INTERVAL_S = 60  # where no SIGTERM arrives: last.ckpt about this often, so a stop loses about a minute at most
-MEASURED_STEPS = 3  # steps timed (after the first, which compiles and warms up) to choose that interval
-
-
-def interval_steps(seconds_per_step: float, target_s: float = AUTO_INTERVAL_S) -> int:
-    """Optimizer steps in about `target_s` seconds of training, at least 1."""
-    return max(1, round(target_s / max(seconds_per_step, 1e-9)))
 
 
 class LastCheckpoint:
@@ -46,7 +39,8 @@ class LastCheckpoint:
 
     Where SIGTERM cannot reach the training processes (`unprotected` says why: PID 1 is not the image's entrypoint,
     as under SDK 3.x's driver), a stop kills them without warning: every_n_steps=None then means about every
-    AUTO_INTERVAL_S of training, the steps counted from the measured step time, and rank 0 says what bounds the loss."""
+    AUTO_INTERVAL_S of training, the steps counted from the measured step time, and rank 0 says what bounds the loss
+    (interval.py)."""
 
     BASE = "callbacks.Callback"
     clock = staticmethod(time.monotonic)  # a save's time, against the stop's grace
@@ -68,19 +62,13 @@ class LastCheckpoint:
         first save's time, its write waited for, is compared with (restarts.grace_line); ledger: the attempt's
         goodput.Ledger, where a save is the training's stall; io: the AtomicCheckpointIO, whose writer says each
         last.ckpt once it is there (io.announce, every step), None where saves are synchronous."""
-        if every_n_steps is not None and every_n_steps < 0:  # `step % -1 == 0` would save at every step
-            raise UserError(
-                f"last_checkpoint_every_n_steps={every_n_steps} is not a number of steps: give N > 0 for last.ckpt "
-                "every N steps, 0 for epoch ends and SIGTERM only, or null for the runtime's choice"
-            )
-        self.every_n_steps = every_n_steps if every_n_steps is not None or unprotected else 0
-        self.checkpoint, self.unprotected, self.resume_point = checkpoint, unprotected, resume_point
+        self.interval = Interval(every_n_steps, unprotected)
+        self.checkpoint, self.resume_point = checkpoint, resume_point
         self.grace_s = grace_s
         self.timing = ledger.timing if ledger else (lambda term: contextlib.nullcontext())
         self.io = io  # None: a save is complete when trainer.save_checkpoint returns
         self._saved_step = -1
         self._after_validation = False  # a save due at a step a validation follows: made after it
-        self._timing = None  # (first step timed, its clock) while the interval is being measured
 
     def save(self, trainer, stop: bool = False) -> str:
         """last.ckpt now; written before it returns on a stop, and the first time (measured against the grace)."""
@@ -144,44 +132,31 @@ class LastCheckpoint:
         ):
             self.save(trainer)
 
-    def on_validation_end(self, trainer, pl_module):
-        # saved at this step before this validation: that last.ckpt names the best checkpoint as it was, which
-        # ModelCheckpoint may just have replaced and deleted; a run resumed from it would export a missing file
-        if (trainer.global_step == self._saved_step or self._after_validation) and not trainer.sanity_checking:
-            self._after_validation = False
-            self.save(trainer)
+    def on_train_start(self, trainer, pl_module):
+        if trainer.is_global_zero and (line := self.interval.line()):
+            say(line)
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         if self.io:
             self.io.announce()
-        step = trainer.global_step
-        if self.every_n_steps is None:
-            self._measure(trainer, step)
-        if self.every_n_steps and step % self.every_n_steps == 0 and step != self._saved_step:
+        step, interval = trainer.global_step, self.interval
+        if interval.steps is None:  # rank 0's measured interval, the same on every rank
+            agreed = functools.partial(trainer.strategy.broadcast, src=0)
+            if interval.measure(step, time.monotonic(), agreed) and trainer.is_global_zero:
+                say(interval.line(measured=True))
+        if interval.due(step) and step != self._saved_step:
             # before a validation that follows this step, Lightning would count that validation as run: a run resumed
             # from it would skip it
             self._after_validation = validation_follows(trainer)
             if not self._after_validation:
                 self.save(trainer)
 
-    def _measure(self, trainer, step: int) -> None:
-        """Time MEASURED_STEPS steps after the first; rank 0's interval, the same on every rank (a broadcast)."""
-        if self._timing is None:
-            self._timing = (step, time.monotonic())
-        elif step - self._timing[0] >= MEASURED_STEPS:
-            n = interval_steps((time.monotonic() - self._timing[1]) / (step - self._timing[0]))
-            self.every_n_steps = trainer.strategy.broadcast(n, src=0)
-            self._announce(
-                trainer, f"last.ckpt every {self.every_n_steps} steps (about {AUTO_INTERVAL_S} s of training)"
-            )
-
-    def _announce(self, trainer, bound: str) -> None:
-        if trainer.is_global_zero:
-            say(
-                f"no SIGTERM reaches the training processes ({self.unprotected}): a stop (spot interruption, "
-                f"StopTrainingJob, a pod's deletion) loses what was trained since the last checkpoint; {bound} bounds it "
-                "(last_checkpoint_every_n_steps sets another interval)"
-            )
+    def on_validation_end(self, trainer, pl_module):
+        # saved at this step before this validation: that last.ckpt names the best checkpoint as it was, which
+        # ModelCheckpoint may just have replaced and deleted; a run resumed from it would export a missing file
+        if (trainer.global_step == self._saved_step or self._after_validation) and not trainer.sanity_checking:
+            self._after_validation = False
+            self.save(trainer)
 
     def on_train_epoch_end(self, trainer, pl_module):
         if trainer.global_step != self._saved_step:
@@ -205,15 +180,6 @@ class LastCheckpoint:
             if os.path.basename(os.path.dirname(path)) == LAST:  # fsdp: a sharded save inside last.ckpt/
                 name = LAST
             say(f"resuming at epoch {checkpoint['epoch']} step {checkpoint['global_step']} from {name}")
-
-    def on_train_start(self, trainer, pl_module):
-        if self.unprotected and self.every_n_steps is not None:
-            self._announce(
-                trainer,
-                f"last.ckpt every {self.every_n_steps} steps"
-                if self.every_n_steps
-                else "last.ckpt at each epoch's end",
-            )
 
     def _model_checkpoints(self, trainer) -> list:
         model_checkpoint = attribute(self.pl, "callbacks.ModelCheckpoint")

@@ -12,7 +12,7 @@ from typing import Any, Literal
 from jsonargparse.typing import NonNegativeInt, PositiveFloat
 
 from sagemaker_lightning.checkpoints import compile_cache
-from sagemaker_lightning.checkpoints.last import AUTO_INTERVAL_S
+from sagemaker_lightning.checkpoints.interval import AUTO_INTERVAL_S
 from sagemaker_lightning.data import decoders
 from sagemaker_lightning.health import preflight, watchdog
 from sagemaker_lightning.launch.plan import DEFAULT_TIMEOUT_S
