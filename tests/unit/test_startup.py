@@ -37,6 +37,7 @@ LIGHT = (
     "sagemaker_lightning.toolbox.status",
     "sagemaker_lightning.stop.restarts",
     "sagemaker_lightning.checkpoints.layout",
+    "sagemaker_lightning.checkpoints.interval",  # when last.ckpt is due: a rule without a trainer
     "sagemaker_lightning.toolbox.location",
     "sagemaker_lightning.tracking.uri",  # its URI check runs in scripts/run_sagemaker.py too, where no torch is
     "sagemaker_lightning.tracking.record",

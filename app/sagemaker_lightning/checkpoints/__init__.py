@@ -8,6 +8,9 @@ writer.py          whole-file saves in the background: a snapshot, one writer th
 sharded_writer.py  fsdp's sharded saves in the background: DCP's async_save, the previous complete save kept
 s3_transfer.py     s3:// both ways in concurrent parts: a save serialised while it uploads, a read in ranges
 last.py            last.ckpt every N steps, at each epoch's end and on a stop (LastCheckpoint)
+interval.py        when last.ckpt is due by steps: set, or about a minute of measured steps where no SIGTERM arrives
+validation.py      a save against the fit's validation: after one that follows its step, inside one as if not begun
+confine.py         ModelCheckpoint's state on resume: paths outside its dirpath dropped, said in one line
 resume.py          which checkpoint a job resumes from, chosen on global rank 0 (ResumePoint)
 sharded_saves.py   fsdp's sharded saves: layout, completeness, which to resume, load, nothing in them run
 export.py          model.pt and config.yaml in model_dir after fit (Export)

@@ -13,8 +13,9 @@ from sagemaker_lightning.boot import signals
 from sagemaker_lightning.checkpoints import compile_cache
 from sagemaker_lightning.checkpoints.compile_cache import CompileCache
 from sagemaker_lightning.checkpoints.export import Export
+from sagemaker_lightning.checkpoints.interval import AUTO_INTERVAL_S
 from sagemaker_lightning.checkpoints.io import AtomicCheckpointIO
-from sagemaker_lightning.checkpoints.last import AUTO_INTERVAL_S, LastCheckpoint
+from sagemaker_lightning.checkpoints.last import LastCheckpoint
 from sagemaker_lightning.checkpoints.layout import MODEL_DIR, sharding
 from sagemaker_lightning.checkpoints.resume import ResumePoint
 from sagemaker_lightning.launch.platforms import kubeflow, sagemaker

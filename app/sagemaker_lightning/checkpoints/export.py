@@ -5,7 +5,7 @@ resolved configuration), then every rank waits for it: in local mode the job end
 all hosts share one model directory. When rank 0 fails to write it, every rank fails at once, not after a timeout.
 
 The best checkpoint is read only inside checkpoint.dirpath (location.inside): its path comes from ModelCheckpoint's state,
-which a resumed checkpoint sets (last.confined drops paths elsewhere when the runtime resumes; this holds wherever a
+which a resumed checkpoint sets (confine.confined drops paths elsewhere when the runtime resumes; this holds wherever a
 fit resumed from).
 
 model_dir is a local directory: its files are renamed into place, so model.pt is whole whenever it is there, which an

@@ -6,10 +6,9 @@ file deleted here is deleted there too) and restores it on a restarted (spot) jo
 from last.ckpt there, or from the newest checkpoint that can be resumed from when last.ckpt cannot (resume.py).
 checkpoint.dirpath may be an s3:// URL as well. Its predecessor is kept as atomic.keep_previous says.
 
-ModelCheckpoint's state in a checkpoint names files it later reads (best_model_path: the export) and deletes (the
-k-th best, on a top-k update, with `fs.rm(recursive=True)`, on any URL): when a job resumes, every path there outside
-the callback's own checkpoint.dirpath is dropped (`confined`), said in one line, so that whoever can write the
-checkpoint location cannot steer a delete or a read elsewhere.
+The callback holds the hooks; the rules they apply are modules of their own: when last.ckpt is due by steps
+(interval.py), a save against the fit's validation (validation.py), ModelCheckpoint's state on resume confined to its
+dirpath (confine.py).
 
     python app/example/train.py ... --checkpoint.dirpath ckpts --last_checkpoint_every_n_steps 50
 """
@@ -21,65 +20,13 @@ import time
 
 from sagemaker_lightning import lines
 from sagemaker_lightning.checkpoints.atomic import clear_partials
+from sagemaker_lightning.checkpoints.confine import confine
+from sagemaker_lightning.checkpoints.interval import Interval
 from sagemaker_lightning.checkpoints.layout import LAST, sharding
-from sagemaker_lightning.failure import UserError
+from sagemaker_lightning.checkpoints.validation import validation_follows, validation_not_run
 from sagemaker_lightning.lines import say
 from sagemaker_lightning.stop import restarts
 from sagemaker_lightning.toolbox.lightning_package import attribute
-from sagemaker_lightning.toolbox.location import inside
-
-AUTO_INTERVAL_S = 60  # where no SIGTERM arrives: last.ckpt about this often, so a stop loses about a minute at most
-MEASURED_STEPS = 3  # steps timed (after the first, which compiles and warms up) to choose that interval
-# ModelCheckpoint's state that names a file it reads or deletes (and best_k_models' keys)
-STATE_PATHS = ("best_model_path", "kth_best_model_path", "last_model_path")
-
-
-def confined(state: dict, dirpath: str | None, mode: str) -> tuple[dict, list[str]]:
-    """ModelCheckpoint's `state` less the paths outside `dirpath` (location.inside; all of them without one), and those
-    paths. A path dropped is "", an entry of best_k_models removed; the k-th best is then the worst one kept, as
-    ModelCheckpoint chooses it (`mode`: "min" or "max"), or left to the callback's own when none is kept."""
-
-    def outside(path) -> bool:
-        return bool(path) and not (dirpath and inside(str(path), dirpath))
-
-    kept = dict(state)
-    dropped = [str(state[key]) for key in STATE_PATHS if outside(state.get(key))]
-    kept.update({key: "" for key in STATE_PATHS if outside(state.get(key))})
-    best = state.get("best_k_models") or {}
-    dropped += [str(path) for path in best if outside(path)]
-    best = kept["best_k_models"] = {path: score for path, score in best.items() if not outside(path)}
-    if dropped and kept.get("kth_best_model_path") not in best:  # a top-k update pops it from best_k_models
-        if best:
-            kth = kept["kth_best_model_path"] = (max if mode == "min" else min)(best, key=best.get)
-            kept["kth_value"] = best[kth]
-        else:
-            kept.pop("kth_best_model_path", None)
-            kept.pop("kth_value", None)
-    return kept, list(dict.fromkeys(dropped))
-
-
-@contextlib.contextmanager
-def validation_not_run(trainer):
-    """A save inside a fit's validation as one made before it began: Lightning, resumed from it, runs that validation
-    whole (it takes a validation whose batches it counts as done for run, and skips it: its metrics, the best
-    checkpoint's choice and a tuning job's objective line for that epoch would be lost)."""
-    if not trainer.validating or trainer.sanity_checking:
-        yield
-        return
-    progress = trainer.fit_loop.epoch_loop.val_loop.batch_progress
-    kept, before = progress.state_dict(), progress.total.completed - progress.current.completed
-    for counter, done in ((progress.total, before), (progress.current, 0)):  # one batch begun, none processed:
-        counter.ready = counter.started = done + 1  # Lightning's mark of a validation cut short, which it runs
-        counter.processed = counter.completed = done  # again from its first batch
-    try:
-        yield
-    finally:
-        progress.load_state_dict(kept)
-
-
-def interval_steps(seconds_per_step: float, target_s: float = AUTO_INTERVAL_S) -> int:
-    """Optimizer steps in about `target_s` seconds of training, at least 1."""
-    return max(1, round(target_s / max(seconds_per_step, 1e-9)))
 
 
 class LastCheckpoint:
@@ -87,12 +34,13 @@ class LastCheckpoint:
     when SageMaker stops the job (SIGTERM on StopTrainingJob or spot interruption: Lightning stops every rank at the
     same step boundary, where they save it together). The training loader's state in it (data/resumable.py) makes a
     resumed run continue as the uninterrupted one would. A save due at a step that a validation follows is made after
-    that validation, and a stop's save inside one as if it had not begun (validation_not_run): either way the resumed
+    that validation, and a stop's save inside one as if it had not begun (validation.py): either way the resumed
     run runs each validation the uninterrupted one ran.
 
     Where SIGTERM cannot reach the training processes (`unprotected` says why: PID 1 is not the image's entrypoint,
     as under SDK 3.x's driver), a stop kills them without warning: every_n_steps=None then means about every
-    AUTO_INTERVAL_S of training, the steps counted from the measured step time, and rank 0 says what bounds the loss."""
+    AUTO_INTERVAL_S of training, the steps counted from the measured step time, and rank 0 says what bounds the loss
+    (interval.py)."""
 
     BASE = "callbacks.Callback"
     clock = staticmethod(time.monotonic)  # a save's time, against the stop's grace
@@ -114,19 +62,13 @@ class LastCheckpoint:
         first save's time, its write waited for, is compared with (restarts.grace_line); ledger: the attempt's
         goodput.Ledger, where a save is the training's stall; io: the AtomicCheckpointIO, whose writer says each
         last.ckpt once it is there (io.announce, every step), None where saves are synchronous."""
-        if every_n_steps is not None and every_n_steps < 0:  # `step % -1 == 0` would save at every step
-            raise UserError(
-                f"last_checkpoint_every_n_steps={every_n_steps} is not a number of steps: give N > 0 for last.ckpt "
-                "every N steps, 0 for epoch ends and SIGTERM only, or null for the runtime's choice"
-            )
-        self.every_n_steps = every_n_steps if every_n_steps is not None or unprotected else 0
-        self.checkpoint, self.unprotected, self.resume_point = checkpoint, unprotected, resume_point
+        self.interval = Interval(every_n_steps, unprotected)
+        self.checkpoint, self.resume_point = checkpoint, resume_point
         self.grace_s = grace_s
         self.timing = ledger.timing if ledger else (lambda term: contextlib.nullcontext())
         self.io = io  # None: a save is complete when trainer.save_checkpoint returns
         self._saved_step = -1
         self._after_validation = False  # a save due at a step a validation follows: made after it
-        self._timing = None  # (first step timed, its clock) while the interval is being measured
 
     def save(self, trainer, stop: bool = False) -> str:
         """last.ckpt now; written before it returns on a stop, and the first time (measured against the grace)."""
@@ -167,8 +109,7 @@ class LastCheckpoint:
         # on_train_epoch_end: Lightning calls "monitoring" callbacks' hooks after every other's. The last.ckpt saved
         # there did not hold it: a run resumed from it forgot the best checkpoint (it exported the final weights, and
         # kept the file the best should have replaced). Its hook, then this save where it changed the state
-        model_checkpoint = attribute(self.pl, "callbacks.ModelCheckpoint")
-        for callback in (c for c in trainer.callbacks if isinstance(c, model_checkpoint)):
+        for callback in self._model_checkpoints(trainer):
             hook = type(callback).on_train_epoch_end.__get__(callback)  # the class's: a second fit wraps it once
             callback.on_train_epoch_end = functools.partial(self._top_k_then_save, callback, hook)
             if self.io:
@@ -191,45 +132,31 @@ class LastCheckpoint:
         ):
             self.save(trainer)
 
+    def on_train_start(self, trainer, pl_module):
+        if trainer.is_global_zero and (line := self.interval.line()):
+            say(line)
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        if self.io:
+            self.io.announce()
+        step, interval = trainer.global_step, self.interval
+        if interval.steps is None:  # rank 0's measured interval, the same on every rank
+            agreed = functools.partial(trainer.strategy.broadcast, src=0)
+            if interval.measure(step, time.monotonic(), agreed) and trainer.is_global_zero:
+                say(interval.line(measured=True))
+        if interval.due(step) and step != self._saved_step:
+            # before a validation that follows this step, Lightning would count that validation as run: a run resumed
+            # from it would skip it
+            self._after_validation = validation_follows(trainer)
+            if not self._after_validation:
+                self.save(trainer)
+
     def on_validation_end(self, trainer, pl_module):
         # saved at this step before this validation: that last.ckpt names the best checkpoint as it was, which
         # ModelCheckpoint may just have replaced and deleted; a run resumed from it would export a missing file
         if (trainer.global_step == self._saved_step or self._after_validation) and not trainer.sanity_checking:
             self._after_validation = False
             self.save(trainer)
-
-    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
-        if self.io:
-            self.io.announce()
-        step = trainer.global_step
-        if self.every_n_steps is None:
-            self._measure(trainer, step)
-        if self.every_n_steps and step % self.every_n_steps == 0 and step != self._saved_step:
-            # before a validation that follows this step, Lightning would count that validation as run: a run resumed
-            # from it would skip it
-            fit_loop = trainer.fit_loop
-            self._after_validation = fit_loop.epoch_loop._should_check_val_fx(fit_loop._data_fetcher)
-            if not self._after_validation:
-                self.save(trainer)
-
-    def _measure(self, trainer, step: int) -> None:
-        """Time MEASURED_STEPS steps after the first; rank 0's interval, the same on every rank (a broadcast)."""
-        if self._timing is None:
-            self._timing = (step, time.monotonic())
-        elif step - self._timing[0] >= MEASURED_STEPS:
-            n = interval_steps((time.monotonic() - self._timing[1]) / (step - self._timing[0]))
-            self.every_n_steps = trainer.strategy.broadcast(n, src=0)
-            self._announce(
-                trainer, f"last.ckpt every {self.every_n_steps} steps (about {AUTO_INTERVAL_S} s of training)"
-            )
-
-    def _announce(self, trainer, bound: str) -> None:
-        if trainer.is_global_zero:
-            say(
-                f"no SIGTERM reaches the training processes ({self.unprotected}): a stop (spot interruption, "
-                f"StopTrainingJob, a pod's deletion) loses what was trained since the last checkpoint; {bound} bounds it "
-                "(last_checkpoint_every_n_steps sets another interval)"
-            )
 
     def on_train_epoch_end(self, trainer, pl_module):
         if trainer.global_step != self._saved_step:
@@ -245,17 +172,7 @@ class LastCheckpoint:
     def on_load_checkpoint(self, trainer, pl_module, checkpoint):
         # before any callback's load_state_dict (Lightning calls every on_load_checkpoint first)
         self._saved_step = checkpoint["global_step"]
-        model_checkpoint = attribute(self.pl, "callbacks.ModelCheckpoint")
-        states = checkpoint.get("callbacks") or {}
-        for callback in (c for c in trainer.callbacks if isinstance(c, model_checkpoint)):
-            for key in {callback.state_key, callback._legacy_state_key} & states.keys():
-                states[key], dropped = confined(states[key], callback.dirpath, callback.mode)
-                if dropped and trainer.is_global_zero:
-                    say(
-                        f"ModelCheckpoint's state in the checkpoint names {', '.join(dropped)}, outside "
-                        f"checkpoint.dirpath {callback.dirpath}: dropped, never read or deleted (the checkpoint was "
-                        "written for another location, or not by a training job)"
-                    )
+        confine(checkpoint, self._model_checkpoints(trainer), announce=trainer.is_global_zero)
         if trainer.is_global_zero:
             chosen = self.resume_point.chosen if self.resume_point else None
             path = str(chosen or trainer.ckpt_path).rstrip("/")
@@ -264,11 +181,6 @@ class LastCheckpoint:
                 name = LAST
             say(f"resuming at epoch {checkpoint['epoch']} step {checkpoint['global_step']} from {name}")
 
-    def on_train_start(self, trainer, pl_module):
-        if self.unprotected and self.every_n_steps is not None:
-            self._announce(
-                trainer,
-                f"last.ckpt every {self.every_n_steps} steps"
-                if self.every_n_steps
-                else "last.ckpt at each epoch's end",
-            )
+    def _model_checkpoints(self, trainer) -> list:
+        model_checkpoint = attribute(self.pl, "callbacks.ModelCheckpoint")
+        return [c for c in trainer.callbacks if isinstance(c, model_checkpoint)]

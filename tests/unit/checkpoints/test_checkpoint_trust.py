@@ -22,9 +22,10 @@ from sharded_save import save
 from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_optimizer_state_dict
 
 from sagemaker_lightning.checkpoints import io, layout, resume, sharded_saves
+from sagemaker_lightning.checkpoints.confine import confined
 from sagemaker_lightning.checkpoints.export import Export
 from sagemaker_lightning.checkpoints.io import UnsafeGlobal
-from sagemaker_lightning.checkpoints.last import LastCheckpoint, confined
+from sagemaker_lightning.checkpoints.last import LastCheckpoint
 from sagemaker_lightning.failure import UserError
 from sagemaker_lightning.parallel import fsdp, fsdp_sharding
 from sagemaker_lightning.toolbox import location

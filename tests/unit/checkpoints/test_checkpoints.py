@@ -11,9 +11,10 @@ import torch
 from pytorch_lightning.demos.boring_classes import BoringModel
 from torch.utils.data import DataLoader, TensorDataset
 
-from sagemaker_lightning.checkpoints import atomic, resume
+from sagemaker_lightning.checkpoints import atomic, interval, resume
 from sagemaker_lightning.checkpoints import io as checkpoint_io
 from sagemaker_lightning.checkpoints import last as last_checkpoint
+from sagemaker_lightning.failure import UserError
 from sagemaker_lightning.toolbox.concern import CallbackOrder
 from sagemaker_lightning.toolbox.lightning_package import made
 
@@ -64,7 +65,23 @@ def test_a_save_that_fails_midway_leaves_the_last_good_file(tmp_path):
 
 @pytest.mark.parametrize("seconds, steps", [(0.5, 120), (2.0, 30), (61.0, 1), (1e-6, 60_000_000)])
 def test_the_interval_is_about_a_minute_of_steps(seconds, steps):
-    assert last_checkpoint.interval_steps(seconds) == steps
+    assert interval.interval_steps(seconds) == steps
+
+
+def test_the_interval_is_measured_and_agreed_without_a_trainer():
+    """The first step starts the clock; MEASURED_STEPS steps later the interval is the agreed one (rank 0's 30, not
+    this rank's 120), and only then is there a bound to name. A set interval is named as set, and not at all where
+    SIGTERM arrives."""
+    rule = interval.Interval(None, "PID 1 is bash")
+    assert rule.line() is None and not rule.due(30)
+    assert [rule.measure(step, step * 0.5, lambda n: 30) for step in (1, 2, 3, 4)] == [False, False, False, True]
+    assert rule.steps == 30 and rule.due(60) and not rule.due(45)
+    assert "(PID 1 is bash)" in rule.line(measured=True)
+    assert "; last.ckpt every 30 steps (about 60 s of training) bounds it" in rule.line(measured=True)
+    assert "; last.ckpt at each epoch's end bounds it" in interval.Interval(0, "PID 1 is bash").line()
+    assert interval.Interval(None, None).steps == 0 and interval.Interval(5, None).line() is None
+    with pytest.raises(UserError, match="last_checkpoint_every_n_steps=-1 is not a number of steps"):
+        interval.Interval(-1, None)
 
 
 def test_where_no_sigterm_arrives_last_ckpt_comes_by_measured_steps(tmp_path, capsys):
@@ -74,10 +91,10 @@ def test_where_no_sigterm_arrives_last_ckpt_comes_by_measured_steps(tmp_path, ca
     last = made(last_checkpoint.LastCheckpoint, pytorch_lightning)(None, model_checkpoint, unprotected="PID 1 is bash")
     trainer = quiet_trainer([model_checkpoint, last], max_steps=6)
     trainer.fit(BoringModel())
-    assert last.every_n_steps > 6  # a minute of these steps is many more than 6
+    assert last.interval.steps > 6  # a minute of these steps is many more than 6
     out = capsys.readouterr().out
     assert "no SIGTERM reaches the training processes (PID 1 is bash)" in out
-    assert f"last.ckpt every {last.every_n_steps} steps (about 60 s of training) bounds it" in out
+    assert f"last.ckpt every {last.interval.steps} steps (about 60 s of training) bounds it" in out
 
 
 def test_a_first_save_slower_than_the_stop_s_grace_is_said_once(tmp_path, capsys):
@@ -150,9 +167,7 @@ def test_a_read_that_fails_for_a_transient_reason_is_tried_again_not_skipped(tmp
         f"reading {tmp_path}/last.ckpt failed (TimeoutError: Read timed out); trying again" in capsys.readouterr().out
     )
     failures[:] = [OSError("SlowDown")] * checkpoint_io.TRIES
-    with pytest.raises(
-        last_checkpoint.UserError, match=r"cannot read .*/last.ckpt \(OSError: SlowDown\), tried 3 times"
-    ):
+    with pytest.raises(UserError, match=r"cannot read .*/last.ckpt \(OSError: SlowDown\), tried 3 times"):
         resume.resume_path(str(tmp_path))
     failures[:] = [MemoryError()]
     with pytest.raises(MemoryError):
