@@ -15,9 +15,8 @@ job, in this order:
   1. arguments (arguments.py; on SageMaker: its typed hyperparameters, `fit` when no subcommand is given, the job's
      paths before the user's arguments so that theirs win); errors raise, as one line;
   2. the launch plan (launch/plan.py), read from the environment when the CLI is made, completed with the resolved
-     trainer settings; its variables set; the first host resolvable (checks.py); torchrun started where the plan
-     says (the process torchrun starts runs this file again: docs/architecture.md); printed; what a restart needs
-     (stop/restarts.py);
+     trainer settings, and the job started from it (job.py: its variables, torchrun where the plan says, the plan
+     said, what a restart needs);
   3. the trainer, concern by concern: CONCERNS below, each of one shape (concern.py), in the callbacks' order; and
      trainer.precision, the machine's when the project sets none (precision.py), said in one line;
   4. any failure: one line on stderr and in the failure file (failure.py), exit code 1 (143 when stopped).
@@ -35,18 +34,18 @@ import traceback
 from collections.abc import Mapping
 
 from sagemaker_lightning import failure, goodput, goodput_callback, progress
-from sagemaker_lightning.boot import collector, signals
+from sagemaker_lightning.boot import collector
 from sagemaker_lightning.checkpoints import concern as checkpoints
-from sagemaker_lightning.cli import arguments, checks, precision, quiet, settings
+from sagemaker_lightning.checkpoints.layout import MODEL_DIR
+from sagemaker_lightning.cli import arguments, checks, job, precision, quiet, settings
 from sagemaker_lightning.data import training_loader
 from sagemaker_lightning.health import preflight, watchdog
 from sagemaker_lightning.health.heartbeats import PERIOD_S
 from sagemaker_lightning.launch import hyperparameters, paths, started
 from sagemaker_lightning.launch.plan import Plan, make_plan
-from sagemaker_lightning.launch.platforms.cluster import PER_HOST
 from sagemaker_lightning.lines import say
 from sagemaker_lightning.parallel import lr_scaling, strategy
-from sagemaker_lightning.stop import agreement, process, restarts
+from sagemaker_lightning.stop import agreement, process
 from sagemaker_lightning.toolbox import lightning_package, redact
 from sagemaker_lightning.toolbox.concern import CallbackOrder, Context, joined, listed
 from sagemaker_lightning.toolbox.status import Status
@@ -182,28 +181,11 @@ class LightningCLI:
     # ---- 3. the plan completed, 4. the trainer -----------------------------------------------------------------------
 
     def instantiate_classes(self) -> None:
+        """The job started (job.py), then the project's classes and the trainer, as Lightning builds them."""
         config = self._subconfig()
-        trainer = config.get("trainer") or {}  # a project's trainer class may take none of Trainer's arguments
-        workers = next((config[k] for k in ("data.num_workers", "data.init_args.num_workers") if k in config), True)
-        accelerator, devices = trainer.get("accelerator", "auto"), trainer.get("devices", "auto")
-        timeout, restarts_given = strategy.DIST_TIMEOUT.of(config), strategy.MAX_RESTARTS.of(config)
-        self.plan = self.plan.completed(accelerator, devices, timeout, bool(workers), restarts_given)
-        if self.plan.in_job:
-            self.plan.apply(os.environ, override=True)
-            if trainer.get("num_nodes") == 1:  # Lightning's default: the job's hosts (another fails the world check)
-                trainer.num_nodes = len(self.plan.hosts)
-            if "devices" in trainer and trainer.devices in ("auto", -1, "-1", None):
-                trainer.devices = self.plan.processes_per_host
-            checks.check_first_host(self.plan)
-            if command := strategy.torchrun_command(self.plan, sys.executable, sys.argv):
-                os.execv(command[0], command)  # torchrun starts one process per device instead (Plan.torchrun)
-            if self.plan.rank_zero:
-                say(self.plan.line())
-            restarts.announce(self.plan, config.get("checkpoint.dirpath"))
-            signals.register(os.getpid())  # the image's entrypoint passes SIGTERM on to this process
-            if self.plan.launcher == PER_HOST:
-                process.EndedChild(self.plan).attach()  # a local rank killed for memory is named, not this process
-        checks.check_writable({k: config.get(k) for k in ("model_dir", "checkpoint.dirpath", "logger.save_dir")})
+        self.plan = job.completed(self.plan, config)
+        job.start(self.plan, config)
+        checks.check_writable({k: config.get(k) for k in (MODEL_DIR.key, "checkpoint.dirpath", "logger.save_dir")})
         super().instantiate_classes()
         collector.settle()  # the collector as Python's for the steps, where start-up paused it (boot/collector.py)
         self._stage = "train"
