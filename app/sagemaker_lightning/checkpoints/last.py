@@ -4,7 +4,7 @@ in the background and atomically, its predecessor kept beside it (writer.py).
 SageMaker syncs /opt/ml/checkpoints (or the job's checkpoint_local_path) to checkpoint_s3_uri in the background (a
 file deleted here is deleted there too) and restores it on a restarted (spot) job; the runtime's LightningCLI resumes
 from last.ckpt there, or from the newest checkpoint that can be resumed from when last.ckpt cannot (resume.py).
-checkpoint.dirpath may be an s3:// URL as well. Its predecessor is kept as atomic.keep_previous says.
+checkpoint.dirpath may be an s3:// URL as well. Its predecessor is kept as retention.py says.
 
 The callback holds the hooks; the rules they apply are modules of their own: when last.ckpt is due by steps
 (interval.py), a save against the fit's validation (validation.py), ModelCheckpoint's state on resume confined to its
