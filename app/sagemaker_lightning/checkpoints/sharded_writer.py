@@ -71,29 +71,53 @@ class ShardedWriter:
         self.writer.wait()  # the save in flight, and its prune
         if self._group is None:
             self._start(root)
-        names = [f"step-{checkpoint['global_step']:09d}-{time.time_ns()}"]  # a new folder, never reused
-        dist.broadcast_object_list(names, src=0, group=self._group)
-        name = names[0]
+        target = root / self._name(checkpoint["global_step"])
         unlinked(str(root), str(root.parent))  # made since the start: DCP would write where it names
+        keep = self._keep(target.name, checkpoint["global_step"])
+        future = self._write_shards(self._split(checkpoint), target)
+        if dist.get_rank() == 0:
+            self._write_meta(checkpoint, target)
+        said = lines.saved(checkpoint.get("epoch"), checkpoint["global_step"]) if dist.get_rank() == 0 else None
+        return self.writer.queue(f"writing {target}", self._end, future, root, target, keep, said=said)
+
+    def _name(self, global_step: int) -> str:
+        """The new save's folder, rank 0's name on every rank: a new one each save, never reused."""
+        names = [f"step-{global_step:09d}-{time.time_ns()}"]
+        dist.broadcast_object_list(names, src=0, group=self._group)
+        return names[0]
+
+    def _keep(self, name: str, global_step: int) -> set[str]:
+        """The saves to keep once the save `name` is complete (retention.Saves)."""
         newest = self._saves.newest
-        again = newest is not None and step(newest) == checkpoint["global_step"]  # a second save at newest's step
+        again = newest is not None and step(newest) == global_step  # a second save at newest's step
         self._saves, keep = self._saves.add(name, again)
-        target = root / name
+        return keep
+
+    @staticmethod
+    def _split(checkpoint: dict) -> dict:
+        """The shards DCP saves (the weights, each optimizer's state), taken out of `checkpoint`: the rest is
+        meta.pt's."""
         state = {"state_dict": checkpoint.pop("state_dict")}
         state.update({f"optimizer_{i}": s for i, s in enumerate(checkpoint.pop("optimizer_states", []))})
-        future = dcp.async_save(
+        return state
+
+    def _write_shards(self, state: dict, target: Path):
+        """DCP's async_save of this rank's shards: staged into the kept buffers now, written by DCP's thread; returns
+        the future of its end."""
+        return dcp.async_save(
             state,
             checkpoint_id=target,
             process_group=self._group,
             async_stager=self._stager,
             planner=DefaultSavePlanner(enable_plan_caching=True),
         )
-        if dist.get_rank() == 0:
-            os.makedirs(target, exist_ok=True)
-            with replacing(str(target / META)) as partial:
-                torch.save({**checkpoint, "world_size": dist.get_world_size()}, partial)
-        said = lines.saved(checkpoint.get("epoch"), checkpoint["global_step"]) if dist.get_rank() == 0 else None
-        return self.writer.queue(f"writing {target}", self._end, future, root, target, keep, said=said)
+
+    @staticmethod
+    def _write_meta(checkpoint: dict, target: Path) -> None:
+        """meta.pt (rank 0's): the checkpoint less its shards, and the world size it was saved at."""
+        os.makedirs(target, exist_ok=True)
+        with replacing(str(target / META)) as partial:
+            torch.save({**checkpoint, "world_size": dist.get_world_size()}, partial)
 
     def _end(self, future, root: Path, target: Path, keep: set) -> None:
         try:
