@@ -60,7 +60,7 @@ class LastCheckpoint:
         checkpoint: the ModelCheckpoint whose directory (its dirpath, once set up) holds last.ckpt; resume_point:
         what the job resumes from (resume.ResumePoint), named when it does; grace_s: a stop's grace, which the
         first save's time, its write waited for, is compared with (restarts.grace_line); ledger: the attempt's
-        goodput.Ledger, where a save is the training's stall; io: the AtomicCheckpointIO, whose writer says each
+        goodput.Ledger, where a save is the training's stall; io: the BackgroundCheckpointIO, whose writer says each
         last.ckpt once it is there (io.announce, every step), None where saves are synchronous."""
         self.interval = Interval(every_n_steps, unprotected)
         self.checkpoint, self.resume_point = checkpoint, resume_point
