@@ -16,7 +16,7 @@ import time
 
 import lightning.pytorch
 
-from sagemaker_lightning.checkpoints.io import AtomicCheckpointIO
+from sagemaker_lightning.checkpoints.io import BackgroundCheckpointIO
 from sagemaker_lightning.toolbox.lightning_package import made
 
 EVERY = 25  # steps between two saves: the issue's
@@ -43,7 +43,7 @@ def saves(tree, trainer, url: str, every: int, count: int) -> dict:
 
 
 def timed(tree, trainer, url: str, every: int, count: int) -> dict:
-    checkpoints = made(AtomicCheckpointIO, lightning.pytorch)()
+    checkpoints = made(BackgroundCheckpointIO, lightning.pytorch)()
     checkpoints.save_checkpoint(tree, url)
     checkpoints.wait()
     stalls, writes = [], []

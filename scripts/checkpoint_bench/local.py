@@ -17,7 +17,7 @@ import torch.multiprocessing
 
 from checkpoint_bench import state
 from sagemaker_lightning.checkpoints.atomic import replacing
-from sagemaker_lightning.checkpoints.io import AtomicCheckpointIO
+from sagemaker_lightning.checkpoints.io import BackgroundCheckpointIO
 from sagemaker_lightning.toolbox.lightning_package import made
 
 ALONE_STEPS = 5  # training steps timed alone just before each background save: its baseline
@@ -125,7 +125,7 @@ def io_save(tree, trainer, path: str, io, finish) -> dict:
     stall = time.perf_counter() - start
     steps, step_s = trainer.until(lambda: os.path.exists(path))
     finish()
-    write_s = io.writer.write_s if isinstance(io, AtomicCheckpointIO) else math.nan
+    write_s = io.writer.write_s if isinstance(io, BackgroundCheckpointIO) else math.nan
     return {"stall_s": stall, "write_s": write_s, "steps": steps, "step_s": step_s, "alone_s": alone_s}
 
 
@@ -182,7 +182,7 @@ def saves(tree, trainer, folder: str, repeat: int, keys=tuple(LABELS)) -> tuple[
     path = os.path.join(folder, "last.ckpt")
     private, shared = state.Snapshot(tree, pinned=True), state.Snapshot(tree, shared=True, pinned=True)
     thread, process = ThreadWriter(), None
-    runtime = made(AtomicCheckpointIO, lightning.pytorch)()
+    runtime = made(BackgroundCheckpointIO, lightning.pytorch)()
     ways = {
         "sync": lambda: sync_save(tree, trainer, path),
         "runtime": lambda: runtime_save(tree, trainer, path, runtime),

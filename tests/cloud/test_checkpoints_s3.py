@@ -17,7 +17,7 @@ import torch
 
 from sagemaker_lightning.checkpoints import s3_transfer
 from sagemaker_lightning.checkpoints import writer as background
-from sagemaker_lightning.checkpoints.io import AtomicCheckpointIO, read
+from sagemaker_lightning.checkpoints.io import BackgroundCheckpointIO, read
 from sagemaker_lightning.toolbox.lightning_package import made
 
 pytestmark = pytest.mark.cloud
@@ -26,7 +26,7 @@ pytestmark = pytest.mark.cloud
 def test_s3_saves_go_in_parts_keep_the_previous_one_and_write_each_state_once(aws):
     s3 = boto3.client("s3")
     s3.create_bucket(Bucket="checkpoints")
-    io = made(AtomicCheckpointIO, pytorch_lightning)()
+    io = made(BackgroundCheckpointIO, pytorch_lightning)()
     weight = torch.zeros(5 * s3_transfer.PART_BYTES // 8)  # 2.5 parts of float32: three parts
     saved = {"global_step": 3, "loops": {}, "state_dict": {"w": weight}, "callbacks": {}}
     io.save_checkpoint(saved, "s3://checkpoints/job/epoch=0-step=3.ckpt")
@@ -159,7 +159,7 @@ def test_s3_reads_fetch_ranged_parts_at_once_and_a_missing_object_is_not_found(a
     events = s3_transfer.s3_client().meta.events
     events.register("before-send.s3.GetObject", record)
     try:
-        loaded = made(AtomicCheckpointIO, pytorch_lightning)().load_checkpoint("s3://checkpoints/job/last.ckpt")
+        loaded = made(BackgroundCheckpointIO, pytorch_lightning)().load_checkpoint("s3://checkpoints/job/last.ckpt")
     finally:
         events.unregister("before-send.s3.GetObject", record)
     assert loaded["global_step"] == 7 and torch.equal(loaded["state_dict"]["w"], saved["state_dict"]["w"])

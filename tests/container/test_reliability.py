@@ -67,7 +67,7 @@ def paced(tmp_path, step: int) -> tuple[list[str], list[str]]:
 
 
 def partial_files(directory) -> list[str]:
-    """Temporary files of checkpoint writes (checkpoints.AtomicCheckpointIO names them .<name>.partial)."""
+    """Temporary files of checkpoint writes (checkpoints/atomic.py names them .<name>.partial)."""
     return [p for p in os.listdir(directory) if p.endswith(".partial")]
 
 

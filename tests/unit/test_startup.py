@@ -38,6 +38,7 @@ LIGHT = (
     "sagemaker_lightning.stop.restarts",
     "sagemaker_lightning.checkpoints.layout",
     "sagemaker_lightning.checkpoints.interval",  # when last.ckpt is due: a rule without a trainer
+    "sagemaker_lightning.checkpoints.retention",  # which saves stay: a rule and its file operations
     "sagemaker_lightning.toolbox.location",
     "sagemaker_lightning.tracking.uri",  # its URI check runs in scripts/run_sagemaker.py too, where no torch is
     "sagemaker_lightning.tracking.record",

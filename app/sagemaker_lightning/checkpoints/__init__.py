@@ -1,9 +1,10 @@
 """Checkpoints: what a restarted job resumes from, and the trained model it ends with.
 
 concern.py         the checkpoints' part of the trainer: resume point, callbacks, CheckpointIO
-atomic.py          the atomic write (a partial name, then a rename) and keeping the previous save
+atomic.py          the atomic write: a partial name, then a rename
+retention.py       which of last.ckpt's saves stay: the newest and the one before (keep_previous, prune)
 layout.py          checkpoint.dirpath's names (last.ckpt, last-previous.ckpt, ...), no link on the way to a save's paths
-io.py              reading (weights only, transient failures retried) and writing (AtomicCheckpointIO)
+io.py              reading (weights only, transient failures retried) and writing (BackgroundCheckpointIO)
 writer.py          whole-file saves in the background: a snapshot, one writer thread, each state once
 sharded_writer.py  fsdp's sharded saves in the background: DCP's async_save, the previous complete save kept
 s3_transfer.py     s3:// both ways in concurrent parts: a save serialised while it uploads, a read in ranges

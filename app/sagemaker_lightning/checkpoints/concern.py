@@ -1,6 +1,6 @@
 """The checkpoints' part of the trainer (toolbox/concern.py): what a restarted job resumes from (ResumePoint), last.ckpt
-(LastCheckpoint), atomic writes and retried reads (AtomicCheckpointIO), the trained model (Export), torch.compile's
-cache (CompileCache).
+(LastCheckpoint), writes in the background and retried reads (BackgroundCheckpointIO), the trained model (Export),
+torch.compile's cache (CompileCache).
 
     python app/example/train.py ... --checkpoint.dirpath ckpts --last_checkpoint_every_n_steps 50 --model_dir out
 """
@@ -14,7 +14,7 @@ from sagemaker_lightning.checkpoints import compile_cache
 from sagemaker_lightning.checkpoints.compile_cache import CompileCache
 from sagemaker_lightning.checkpoints.export import Export
 from sagemaker_lightning.checkpoints.interval import AUTO_INTERVAL_S
-from sagemaker_lightning.checkpoints.io import AtomicCheckpointIO
+from sagemaker_lightning.checkpoints.io import BackgroundCheckpointIO
 from sagemaker_lightning.checkpoints.last import LastCheckpoint
 from sagemaker_lightning.checkpoints.layout import MODEL_DIR, sharding
 from sagemaker_lightning.checkpoints.resume import ResumePoint
@@ -81,7 +81,7 @@ def concern(ctx: Context) -> Part:
         from sagemaker_lightning.checkpoints.sharded_writer import ShardedWriter
 
         shards = functools.partial(ShardedWriter, timeout_s=plan.timeout_s)
-    io = made(AtomicCheckpointIO, pl)(resume_point=point, busy=ctx.status.busy, ledger=ledger, sharded=shards)
+    io = made(BackgroundCheckpointIO, pl)(resume_point=point, busy=ctx.status.busy, ledger=ledger, sharded=shards)
     last = made(LastCheckpoint, pl)(
         every, ctx.model_checkpoint, unprotected=unprotected, resume_point=point, grace_s=grace, ledger=ledger, io=io
     )

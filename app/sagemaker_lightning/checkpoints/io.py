@@ -3,8 +3,8 @@ pickle, and whoever can write to the checkpoint location could otherwise run cod
 admitted (hyperparameters hold them) and a class torch does not admit named with its fix, on the CPU; a read that
 fails for a transient reason (S3 throttling, a timeout, a dropped connection) tried again. Neither is taken for a
 corrupt file. From S3 a checkpoint is read in concurrent ranged parts (s3_transfer.py). Written: in the background
-and atomically, whole files (writer.py) and fsdp's shards (sharded_writer.py), by AtomicCheckpointIO, the trainer's
-CheckpointIO plugin.
+and atomically, whole files (writer.py) and fsdp's shards (sharded_writer.py), by BackgroundCheckpointIO, the
+trainer's CheckpointIO plugin, which hands each write to writer.py's thread.
 
     python -c "from sagemaker_lightning.checkpoints import io; print(io.read('ckpts/last.ckpt').keys())"
 """
@@ -117,7 +117,7 @@ def s3_load(url, map_location=None, weights_only: bool = True):
     return torch.load(s3_transfer.download(str(url)), map_location=map_location or "cpu", weights_only=weights_only)
 
 
-class AtomicCheckpointIO:
+class BackgroundCheckpointIO:
     """Each checkpoint of a fit is written in the background, to a partial name first and renamed when complete, or
     uploaded whole (writer.py); a load, a removal and the trainer's teardown wait their turn behind the writes, and a
     save after the teardown is written when it returns. A read that fails for a transient reason is tried again

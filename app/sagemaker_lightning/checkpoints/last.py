@@ -4,7 +4,7 @@ in the background and atomically, its predecessor kept beside it (writer.py).
 SageMaker syncs /opt/ml/checkpoints (or the job's checkpoint_local_path) to checkpoint_s3_uri in the background (a
 file deleted here is deleted there too) and restores it on a restarted (spot) job; the runtime's LightningCLI resumes
 from last.ckpt there, or from the newest checkpoint that can be resumed from when last.ckpt cannot (resume.py).
-checkpoint.dirpath may be an s3:// URL as well. Its predecessor is kept as atomic.keep_previous says.
+checkpoint.dirpath may be an s3:// URL as well. Its predecessor is kept as retention.py says.
 
 The callback holds the hooks; the rules they apply are modules of their own: when last.ckpt is due by steps
 (interval.py), a save against the fit's validation (validation.py), ModelCheckpoint's state on resume confined to its
@@ -60,7 +60,7 @@ class LastCheckpoint:
         checkpoint: the ModelCheckpoint whose directory (its dirpath, once set up) holds last.ckpt; resume_point:
         what the job resumes from (resume.ResumePoint), named when it does; grace_s: a stop's grace, which the
         first save's time, its write waited for, is compared with (restarts.grace_line); ledger: the attempt's
-        goodput.Ledger, where a save is the training's stall; io: the AtomicCheckpointIO, whose writer says each
+        goodput.Ledger, where a save is the training's stall; io: the BackgroundCheckpointIO, whose writer says each
         last.ckpt once it is there (io.announce, every step), None where saves are synchronous."""
         self.interval = Interval(every_n_steps, unprotected)
         self.checkpoint, self.resume_point = checkpoint, resume_point

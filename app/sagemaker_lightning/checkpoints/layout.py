@@ -11,7 +11,7 @@ from sagemaker_lightning.toolbox.concern import Setting
 
 # checkpoint.dirpath's layout
 LAST = "last.ckpt"  # the newest save (a file; with fsdp a folder of saves: sharded_saves.py), the one resumed from
-PREVIOUS = "last-previous.ckpt"  # last.ckpt's predecessor, kept while last.ckpt is replaced and uploaded (atomic.py)
+PREVIOUS = "last-previous.ckpt"  # last.ckpt's predecessor, kept while last.ckpt is replaced and uploaded (retention.py)
 META = "meta.pt"  # in a sharded save: Lightning's name for its non-tensor part (loops, callbacks)
 METADATA = ".metadata"  # in a sharded save: DCP's index of the shards, written last (rank 0's, after every shard)
 # model_dir's layout: the trained model after fit (export.py), which SageMaker packs into model.tar.gz

@@ -1,7 +1,7 @@
 """fsdp's sharded saves (last.ckpt/, layout in sharded_saves.py) written in the background: DCP's `async_save` stages
 each rank's shards into host buffers kept from one save to the next (pinned, from a GPU) and returns; its writer
-thread writes them, and the process's checkpoint writer (writer.py) then keeps the saves as one rule says: the new
-one and the complete one before it, the others pruned (atomic.prune), never a save still in flight.
+thread writes them, and the process's checkpoint writer (writer.py) then keeps the saves as retention.py's rule says:
+the new one and the complete one before it, the others pruned, never a save still in flight.
 
 Every rank calls `save` at the same step (LastCheckpoint). DCP's collectives for a save (its plans, the write's end,
 after which rank 0 writes `.metadata`) run on a gloo group of their own: on the training's group they would
@@ -32,8 +32,9 @@ from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
 from torch.distributed.tensor import DTensor
 
 from sagemaker_lightning import lines
-from sagemaker_lightning.checkpoints.atomic import prune, replacing
+from sagemaker_lightning.checkpoints.atomic import replacing
 from sagemaker_lightning.checkpoints.layout import META, unlinked
+from sagemaker_lightning.checkpoints.retention import Saves, prune
 from sagemaker_lightning.checkpoints.sharded_saves import committer, first_failure, newest_complete, step
 
 
@@ -47,8 +48,7 @@ class ShardedWriter:
         self.writer, self.timeout_s = writer, timeout_s
         self._group = None  # DCP's collectives, made at the first save (every rank makes it then)
         self._stager = None  # host buffers for the shards, kept across saves
-        self._previous: str | None = None  # the newest save this run wrote or resumed from (its name)
-        self._before: str | None = None  # the complete save of an earlier step than _previous's
+        self._saves = Saves()  # the newest save this run wrote or resumed from, and the one before it
 
     @staticmethod
     def takes(checkpoint: dict) -> bool:
@@ -63,7 +63,7 @@ class ShardedWriter:
         resumed = newest_complete(root)[0] if root.is_dir() and dist.get_rank() == 0 else None
         names = [resumed.name if resumed else None]
         dist.broadcast_object_list(names, src=0, group=self._group)
-        self._previous = names[0]
+        self._saves = Saves(names[0])
 
     def save(self, checkpoint: dict, root: Path):
         """A new save in `root` (last.ckpt/), each rank its shards; rank 0 writes meta.pt (loops, callbacks) now.
@@ -71,34 +71,53 @@ class ShardedWriter:
         self.writer.wait()  # the save in flight, and its prune
         if self._group is None:
             self._start(root)
-        names = [f"step-{checkpoint['global_step']:09d}-{time.time_ns()}"]  # a new folder, never reused
-        dist.broadcast_object_list(names, src=0, group=self._group)
-        name = names[0]
+        target = root / self._name(checkpoint["global_step"])
         unlinked(str(root), str(root.parent))  # made since the start: DCP would write where it names
-        # a second save at a step (last.ckpt again once ModelCheckpoint updated its state) replaces that step's: the
-        # save of the step before stays beside it (it went, and a save cut short would have left nothing older); with
-        # none known (a stop right after the resume, at its step) the save resumed from stays
-        again = self._previous is not None and step(self._previous) == checkpoint["global_step"]
-        if not again:
-            self._before = self._previous
-        keep = {name, (self._before if again else None) or self._previous}
-        self._previous = name
-        target = root / name
+        keep = self._keep(target.name, checkpoint["global_step"])
+        future = self._write_shards(self._split(checkpoint), target)
+        if dist.get_rank() == 0:
+            self._write_meta(checkpoint, target)
+        said = lines.saved(checkpoint.get("epoch"), checkpoint["global_step"]) if dist.get_rank() == 0 else None
+        return self.writer.queue(f"writing {target}", self._end, future, root, target, keep, said=said)
+
+    def _name(self, global_step: int) -> str:
+        """The new save's folder, rank 0's name on every rank: a new one each save, never reused."""
+        names = [f"step-{global_step:09d}-{time.time_ns()}"]
+        dist.broadcast_object_list(names, src=0, group=self._group)
+        return names[0]
+
+    def _keep(self, name: str, global_step: int) -> set[str]:
+        """The saves to keep once the save `name` is complete (retention.Saves)."""
+        newest = self._saves.newest
+        again = newest is not None and step(newest) == global_step  # a second save at newest's step
+        self._saves, keep = self._saves.add(name, again)
+        return keep
+
+    @staticmethod
+    def _split(checkpoint: dict) -> dict:
+        """The shards DCP saves (the weights, each optimizer's state), taken out of `checkpoint`: the rest is
+        meta.pt's."""
         state = {"state_dict": checkpoint.pop("state_dict")}
         state.update({f"optimizer_{i}": s for i, s in enumerate(checkpoint.pop("optimizer_states", []))})
-        future = dcp.async_save(
+        return state
+
+    def _write_shards(self, state: dict, target: Path):
+        """DCP's async_save of this rank's shards: staged into the kept buffers now, written by DCP's thread; returns
+        the future of its end."""
+        return dcp.async_save(
             state,
             checkpoint_id=target,
             process_group=self._group,
             async_stager=self._stager,
             planner=DefaultSavePlanner(enable_plan_caching=True),
         )
-        if dist.get_rank() == 0:
-            os.makedirs(target, exist_ok=True)
-            with replacing(str(target / META)) as partial:
-                torch.save({**checkpoint, "world_size": dist.get_world_size()}, partial)
-        said = lines.saved(checkpoint.get("epoch"), checkpoint["global_step"]) if dist.get_rank() == 0 else None
-        return self.writer.queue(f"writing {target}", self._end, future, root, target, keep, said=said)
+
+    @staticmethod
+    def _write_meta(checkpoint: dict, target: Path) -> None:
+        """meta.pt (rank 0's): the checkpoint less its shards, and the world size it was saved at."""
+        os.makedirs(target, exist_ok=True)
+        with replacing(str(target / META)) as partial:
+            torch.save({**checkpoint, "world_size": dist.get_world_size()}, partial)
 
     def _end(self, future, root: Path, target: Path, keep: set) -> None:
         try:

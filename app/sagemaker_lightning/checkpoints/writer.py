@@ -2,11 +2,11 @@
 
 A save (`Writer.save`) copies the checkpoint's tensors into host buffers kept from one save to the next (pinned, from
 a GPU), the rest of the checkpoint deep-copied, and returns; one writer thread writes that snapshot: locally
-torch.save to the hidden partial name, last.ckpt's previous file kept, then the rename (atomic.py), so that at every
-moment a complete last.ckpt or last-previous.ckpt exists; to S3 (s3://) torch.save into a pipe that boto3's managed
-multipart upload reads as it is written, the previous object kept by a server-side copy beside it (s3_transfer.upload:
-the object appears whole when its upload ends, once that copy of the old one is done, and not at all when torch.save
-or the copy fails).
+torch.save to the hidden partial name, last.ckpt's previous file kept (retention.py), then the rename (atomic.py), so
+that at every moment a complete last.ckpt or last-previous.ckpt exists; to S3 (s3://) torch.save into a pipe that
+boto3's managed multipart upload reads as it is written, the previous object kept by a server-side copy beside it
+(s3_transfer.upload: the object appears whole when its upload ends, once that copy of the old one is done, and not at
+all when torch.save or the copy fails).
 
 At most one save is in flight: a save asked for while one is written waits for it (its buffers are the snapshot
 being written), never skipped; goodput counts the wait as checkpoint stall, and the first such wait says once, in a
@@ -37,8 +37,9 @@ import torch
 
 from sagemaker_lightning import lines
 from sagemaker_lightning.checkpoints import s3_transfer
-from sagemaker_lightning.checkpoints.atomic import keep_previous, replacing
+from sagemaker_lightning.checkpoints.atomic import replacing
 from sagemaker_lightning.checkpoints.layout import LAST
+from sagemaker_lightning.checkpoints.retention import keep_previous
 from sagemaker_lightning.failure import UserError
 from sagemaker_lightning.goodput_callback import Goodput
 from sagemaker_lightning.lines import say

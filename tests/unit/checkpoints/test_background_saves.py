@@ -18,7 +18,7 @@ import pytorch_lightning
 import torch
 
 from sagemaker_lightning.checkpoints import writer as background
-from sagemaker_lightning.checkpoints.io import AtomicCheckpointIO
+from sagemaker_lightning.checkpoints.io import BackgroundCheckpointIO
 from sagemaker_lightning.failure import UserError
 from sagemaker_lightning.toolbox.lightning_package import made
 
@@ -46,7 +46,7 @@ def state(step: int, weight: torch.Tensor) -> dict:
 
 def test_a_save_returns_before_its_write_and_the_file_holds_the_state_as_it_was(tmp_path, held):
     release, _ = held
-    io, path, weight = made(AtomicCheckpointIO, pytorch_lightning)(), tmp_path / "last.ckpt", torch.zeros(4)
+    io, path, weight = made(BackgroundCheckpointIO, pytorch_lightning)(), tmp_path / "last.ckpt", torch.zeros(4)
     io.save_checkpoint(state(1, weight), path)
     assert not path.exists()  # returned; the write waits for the release
     weight += 1  # training goes on in place
@@ -57,7 +57,7 @@ def test_a_save_returns_before_its_write_and_the_file_holds_the_state_as_it_was(
 
 def test_at_most_one_save_is_in_flight_and_a_second_waits_for_the_first(tmp_path, held):
     release, written = held
-    io, weight = made(AtomicCheckpointIO, pytorch_lightning)(), torch.zeros(4)
+    io, weight = made(BackgroundCheckpointIO, pytorch_lightning)(), torch.zeros(4)
     io.save_checkpoint(state(1, weight), tmp_path / "a.ckpt")
     weight += 1
     second = threading.Thread(target=io.save_checkpoint, args=(state(2, weight), tmp_path / "b.ckpt"))
@@ -87,7 +87,7 @@ def test_saves_asked_faster_than_they_are_written_wait_and_say_so_once_with_the_
 
     monkeypatch.setattr(background.torch, "save", gated_save)
     monkeypatch.setattr(background.Writer, "_check", waited)
-    io, path = made(AtomicCheckpointIO, pytorch_lightning)(), tmp_path / "last.ckpt"
+    io, path = made(BackgroundCheckpointIO, pytorch_lightning)(), tmp_path / "last.ckpt"
     for step in (25, 50, 75):
         io.save_checkpoint(state(step, torch.full((4,), step)), path)
     io.wait()
@@ -100,7 +100,7 @@ def test_saves_asked_faster_than_they_are_written_wait_and_say_so_once_with_the_
 def test_the_same_state_is_written_once_and_named_again_by_a_link(tmp_path, held):
     release, written = held
     release.set()
-    io, weight = made(AtomicCheckpointIO, pytorch_lightning)(), torch.zeros(4)
+    io, weight = made(BackgroundCheckpointIO, pytorch_lightning)(), torch.zeros(4)
     best, last = tmp_path / "epoch=0-step=3.ckpt", tmp_path / "last.ckpt"
     io.save_checkpoint(state(3, weight), best)
     io.save_checkpoint({**state(3, weight), "callbacks": {"Goodput": {"records": [1.5]}}}, last)  # its clock moved
@@ -117,7 +117,7 @@ def test_the_same_state_is_written_once_and_named_again_by_a_link(tmp_path, held
 
 def test_a_removal_waits_for_the_writes_asked_before_it(tmp_path, held):
     release, _ = held
-    io, older = made(AtomicCheckpointIO, pytorch_lightning)(), tmp_path / "epoch=0-step=3.ckpt"
+    io, older = made(BackgroundCheckpointIO, pytorch_lightning)(), tmp_path / "epoch=0-step=3.ckpt"
     older.write_bytes(b"the best until now")
     io.save_checkpoint(state(6, torch.zeros(4)), tmp_path / "epoch=1-step=6.ckpt")
     io.remove_checkpoint(older)
@@ -130,7 +130,7 @@ def test_a_removal_waits_for_the_writes_asked_before_it(tmp_path, held):
 def test_a_write_that_fails_is_one_line_in_the_training_thread_and_the_save_before_it_stays(tmp_path, held):
     release, _ = held
     release.set()
-    io, path = made(AtomicCheckpointIO, pytorch_lightning)(), tmp_path / "ckpts" / "last.ckpt"
+    io, path = made(BackgroundCheckpointIO, pytorch_lightning)(), tmp_path / "ckpts" / "last.ckpt"
     io.save_checkpoint(state(1, torch.zeros(4)), path)
     io.wait()
     os.rename(tmp_path / "ckpts", tmp_path / "kept")
@@ -189,7 +189,7 @@ def test_modelcheckpoints_version_counter_names_no_file_still_being_written(tmp_
     best = pytorch_lightning.callbacks.ModelCheckpoint(
         dirpath=tmp_path, filename="model", save_top_k=3, monitor="score", every_n_train_steps=1
     )
-    io = made(AtomicCheckpointIO, pytorch_lightning)()
+    io = made(BackgroundCheckpointIO, pytorch_lightning)()
     last = made(LastCheckpoint, pytorch_lightning)(0, best, io=io)
     trainer = pytorch_lightning.Trainer(
         callbacks=[best, last], plugins=[io], max_steps=3, limit_val_batches=0, logger=False,
@@ -210,7 +210,7 @@ def test_tied_weights_are_saved_once_and_load_tied(tmp_path, held):
     head = torch.nn.Linear(64, 1000, bias=False)
     head.weight = embedding.weight
     weights = {**{f"embedding.{k}": v for k, v in embedding.state_dict().items()}, "head.weight": head.weight}
-    io = made(AtomicCheckpointIO, pytorch_lightning)()
+    io = made(BackgroundCheckpointIO, pytorch_lightning)()
     io.save_checkpoint({**state(1, torch.zeros(1)), "state_dict": weights}, tmp_path / "tied.ckpt")
     io.wait()
     torch.save({**state(1, torch.zeros(1)), "state_dict": weights}, tmp_path / "reference.ckpt")
@@ -229,7 +229,7 @@ def test_weights_untied_after_a_save_each_get_their_own_buffer_again():
 def test_last_ckpt_is_said_saved_once_its_file_is_there(tmp_path, held, capsys):
     """A log's "saved last.ckpt at epoch E step S" means the file is complete: a kill after the line finds it."""
     release, _ = held
-    io = made(AtomicCheckpointIO, pytorch_lightning)()
+    io = made(BackgroundCheckpointIO, pytorch_lightning)()
     io.save_checkpoint({**state(4, torch.zeros(4)), "epoch": 0}, tmp_path / "last.ckpt")
     assert "saved last.ckpt" not in capsys.readouterr().out  # handed to the writer, not written yet
     release.set()

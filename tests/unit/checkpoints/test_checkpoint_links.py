@@ -12,7 +12,7 @@ import pytest
 import torch
 from sharded_save import save
 
-from sagemaker_lightning.checkpoints import atomic, layout, resume
+from sagemaker_lightning.checkpoints import layout, resume, retention
 from sagemaker_lightning.failure import UserError
 
 pytestmark = pytest.mark.unit
@@ -100,18 +100,18 @@ def test_a_link_made_while_the_job_trains_is_neither_written_through_nor_pruned(
     save(ckpts / "last.ckpt", 2)
     os.symlink(outside / "project-a", ckpts / "last.ckpt" / "step-000000001-1")
     with pytest.raises(UserError) as raised:
-        atomic.prune(str(ckpts / "last.ckpt"), {"step-000000002-2"})
+        retention.prune(str(ckpts / "last.ckpt"), {"step-000000002-2"})
     refused_link(raised, ckpts / "last.ckpt" / "step-000000001-1")
     assert sorted(os.listdir(ckpts / "last.ckpt")) == ["step-000000001-1", "step-000000002-2"]  # nothing removed
     os.rename(ckpts / "last.ckpt", ckpts / "saves")
     os.symlink(outside, ckpts / "last.ckpt")
     with pytest.raises(UserError) as raised:
-        atomic.prune(str(ckpts / "last.ckpt"), {"step-000000002-2"})
+        retention.prune(str(ckpts / "last.ckpt"), {"step-000000002-2"})
     refused_link(raised, ckpts / "last.ckpt")
     os.remove(ckpts / "last.ckpt")
     os.symlink(outside / "project-a" / "data.bin", ckpts / "last.ckpt")
     with pytest.raises(UserError) as raised:
-        atomic.keep_previous(str(ckpts / "last.ckpt"))
+        retention.keep_previous(str(ckpts / "last.ckpt"))
     refused_link(raised, ckpts / "last.ckpt")
     assert not (ckpts / layout.PREVIOUS).exists()
     assert held(outside) == before

@@ -162,7 +162,7 @@ def fit(tmp_path, model, steps: int, **checkpoint):
     trainer = PL.Trainer(
         max_steps=steps,
         callbacks=[top, made(LastCheckpoint, PL)(1, top, resume_point=point)],
-        plugins=[made(io.AtomicCheckpointIO, PL)(resume_point=point)],
+        plugins=[made(io.BackgroundCheckpointIO, PL)(resume_point=point)],
         limit_val_batches=0,
         logger=False,
         enable_progress_bar=False,
@@ -286,5 +286,5 @@ def test_a_checkpoint_holding_a_class_torch_does_not_admit_is_named_not_called_c
     monkeypatch.setenv("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", "1")  # torch 2.5's default: any pickle
     torch.save({**checkpoint, "hyper_parameters": Planted(tmp_path / "ran")}, tmp_path / "planted.ckpt")
     with pytest.raises(UserError, match=f"UnsafeGlobal: names {MKDIR}, a global of a module torch never"):
-        made(io.AtomicCheckpointIO, PL)().load_checkpoint(tmp_path / "planted.ckpt")
+        made(io.BackgroundCheckpointIO, PL)().load_checkpoint(tmp_path / "planted.ckpt")
     assert not (tmp_path / "ran").exists()

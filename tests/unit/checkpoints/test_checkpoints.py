@@ -35,7 +35,7 @@ def quiet_trainer(callbacks: list, **settings) -> pytorch_lightning.Trainer:
 
 
 def test_atomic_save_replaces_the_file_whole(tmp_path):
-    io, path = made(checkpoint_io.AtomicCheckpointIO, pytorch_lightning)(), tmp_path / "last.ckpt"
+    io, path = made(checkpoint_io.BackgroundCheckpointIO, pytorch_lightning)(), tmp_path / "last.ckpt"
     io.save_checkpoint({"global_step": 1}, path)
     io.save_checkpoint({"global_step": 2}, path)
     io.wait()  # written in the background (writer.py)
@@ -55,7 +55,7 @@ def test_a_small_file_is_written_whole_here_and_in_an_object_store(tmp_path):
 
 
 def test_a_save_that_fails_midway_leaves_the_last_good_file(tmp_path):
-    io, path = made(checkpoint_io.AtomicCheckpointIO, pytorch_lightning)(), tmp_path / "last.ckpt"
+    io, path = made(checkpoint_io.BackgroundCheckpointIO, pytorch_lightning)(), tmp_path / "last.ckpt"
     io.save_checkpoint({"global_step": 1}, path)
     with pytest.raises((AttributeError, pickle.PicklingError)):  # a local lambda cannot be pickled
         io.save_checkpoint({"global_step": 2, "unpicklable": lambda: None}, path)  # fails before anything is written

@@ -19,7 +19,7 @@ from torch.distributed.checkpoint.state_dict import get_model_state_dict
 from torch.distributed.fsdp import fully_shard
 
 from sagemaker_lightning.checkpoints import sharded_saves
-from sagemaker_lightning.checkpoints.io import AtomicCheckpointIO
+from sagemaker_lightning.checkpoints.io import BackgroundCheckpointIO
 from sagemaker_lightning.checkpoints.sharded_writer import ShardedWriter
 from sagemaker_lightning.failure import UserError
 from sagemaker_lightning.toolbox.lightning_package import made
@@ -62,7 +62,7 @@ def saved_weight(save) -> torch.Tensor:
 
 def test_a_save_returns_before_its_shards_are_written_and_holds_the_state_it_was_given(net, held, tmp_path):
     release, _ = held
-    io = made(AtomicCheckpointIO, pytorch_lightning)(sharded=SHARDS)
+    io = made(BackgroundCheckpointIO, pytorch_lightning)(sharded=SHARDS)
     root = tmp_path / "last.ckpt"
     before = net.weight.full_tensor().clone()
     io.save_checkpoint(checkpoint(net, 1), root)  # returns with DCP's write held back
@@ -85,7 +85,7 @@ def test_a_save_returns_before_its_shards_are_written_and_holds_the_state_it_was
 def test_a_sharded_write_that_fails_is_one_line_and_the_save_before_stays(net, held, tmp_path):
     release, fail = held
     release.set()
-    io = made(AtomicCheckpointIO, pytorch_lightning)(sharded=SHARDS)
+    io = made(BackgroundCheckpointIO, pytorch_lightning)(sharded=SHARDS)
     root = tmp_path / "last.ckpt"
     io.save_checkpoint(checkpoint(net, 1), root)
     fail.add(2)  # a full disk at step 2's shards
@@ -109,7 +109,7 @@ def test_a_save_at_the_step_resumed_from_keeps_the_save_resumed_from(net, held, 
     root = tmp_path / "last.ckpt"
     root.mkdir()
     resumed = os.path.basename(save(root, 3, world_size=1))  # a complete save of step 3, as S3 gave it back
-    io = made(AtomicCheckpointIO, pytorch_lightning)(sharded=SHARDS)
+    io = made(BackgroundCheckpointIO, pytorch_lightning)(sharded=SHARDS)
     io.save_checkpoint(checkpoint(net, 3), root)
     io.wait()
     assert resumed in os.listdir(root) and len(os.listdir(root)) == 2

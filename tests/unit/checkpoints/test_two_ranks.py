@@ -31,7 +31,7 @@ from lightning.pytorch.demos.boring_classes import BoringModel
 from sagemaker_lightning import LightningCLI
 from sagemaker_lightning.checkpoints import concern as checkpoints
 from sagemaker_lightning.checkpoints import export
-from sagemaker_lightning.checkpoints.io import AtomicCheckpointIO
+from sagemaker_lightning.checkpoints.io import BackgroundCheckpointIO
 from sagemaker_lightning.toolbox.lightning_package import made
 
 pytestmark = pytest.mark.unit
@@ -70,7 +70,7 @@ def resuming(rank: int) -> dict:
                     state = {"state_dict": model.state_dict(), "optimizer_states": [], "loops": {}, "global_step": step}
                     torch.save(state, f)
         point = checkpoints.resume_point(SimpleNamespace(dirpath=dirpath), model, False, rank == 0)
-        checkpoint_io = made(AtomicCheckpointIO, lightning.pytorch)(resume_point=point)
+        checkpoint_io = made(BackgroundCheckpointIO, lightning.pytorch)(resume_point=point)
         try:
             step = checkpoint_io.load_checkpoint(point.candidate)["global_step"]
         except Exception as e:  # a copy that does not load: this rank fails, it does not train from another step
