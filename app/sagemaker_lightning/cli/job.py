@@ -25,8 +25,10 @@ def completed(plan: Plan, config) -> Plan:
     trainer = config.get("trainer") or {}  # a project's trainer class may take none of Trainer's arguments
     workers = next((config[k] for k in ("data.num_workers", "data.init_args.num_workers") if k in config), True)
     accelerator, devices = trainer.get("accelerator", "auto"), trainer.get("devices", "auto")
-    timeout, restarts_given = strategy.DIST_TIMEOUT.of(config), strategy.MAX_RESTARTS.of(config)
-    return plan.completed(accelerator, devices, timeout, bool(workers), restarts_given)
+    timeout, restarts = strategy.DIST_TIMEOUT.of(config), strategy.MAX_RESTARTS.of(config)
+    return plan.completed(
+        accelerator=accelerator, devices=devices, timeout_s=timeout, workers=bool(workers), max_restarts=restarts
+    )
 
 
 def start(plan: Plan, config) -> None:

@@ -173,7 +173,7 @@ class Plan:
         return env
 
     def completed(
-        self, accelerator="auto", devices="auto", timeout_s=DEFAULT_TIMEOUT_S, workers=True, max_restarts=None
+        self, *, accelerator="auto", devices="auto", timeout_s=DEFAULT_TIMEOUT_S, workers=True, max_restarts=None
     ) -> "Plan":
         """This plan with the trainer's resolved settings (make_plan's), made from the same reading."""
         settings = {"accelerator": accelerator, "devices": devices, "timeout_s": timeout_s, "workers": workers}
@@ -224,6 +224,7 @@ def streaming_env(env: Mapping[str, str], hosts: int, sagemaker: bool) -> dict[s
 def make_plan(
     env: Mapping[str, str],
     interfaces: Collection[str],
+    *,
     accelerator: str = "auto",
     devices="auto",
     timeout_s: int = DEFAULT_TIMEOUT_S,

@@ -40,7 +40,7 @@ LAUNCHERS = {  # launcher: (environment, cluster environment; None: Lightning de
 
 
 def fsdp_arguments(pl, env=HOSTS, trainer_config=CPU, **settings):
-    plan = make_plan(env, {"eth0"}, trainer_config.get("accelerator"), timeout_s=42)
+    plan = make_plan(env, {"eth0"}, accelerator=trainer_config.get("accelerator"), timeout_s=42)
     arguments = strategy.arguments(pl, plan, trainer_config, [], fsdp.FSDPSettings(**settings))
     return plan, arguments
 
