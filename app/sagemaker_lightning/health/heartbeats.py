@@ -1,35 +1,23 @@
-"""The watchdog's values in the job's TCP store (judge.py): each rank's heartbeat, the busy mark and the abort line;
-what a heartbeat says, and the line made of them.
+"""What a heartbeat of the watchdog (judge.py) says, and the line made of them: each rank's heartbeat, the busy mark
+and the abort line in the job's TCP store, read through Reader, which ignores a value that is not this job's
+(signing.py) and one that does not parse.
 
-The store answers anyone who reaches MASTER_PORT, so every value is HMAC-SHA256 signed with a key the ranks agree on
-over the process group (not through the store), a value longer than MAX_VALUE_BYTES is not read further, and a value
-that is not this job's is ignored. The store's client waits for an answer without a timeout (torch 2.14: a stopped
-process of rank 0, which holds the store, holds the caller forever), so the watchdog's calls run in a thread of their
-own (Link) and are given up after PERIOD_S.
-
-    python -c "from sagemaker_lightning.health import heartbeats as h; k = b'k' * 32; print(h.opened(k, 'a', h.signed(k, 'a', 'x').encode()))"
+    python -c "from sagemaker_lightning.health import heartbeats as h; print(h.named(None))"
 """
 
-import hashlib
-import hmac
 import json
 import os
-import secrets
-import threading
 import traceback
-from collections.abc import Callable, Mapping
-from datetime import timedelta
+from collections.abc import Mapping
 
+from sagemaker_lightning.health.signing import Forged, opened
+from sagemaker_lightning.health.store_link import stored
 from sagemaker_lightning.lines import say
 
 PERIOD_S = 2.0  # between heartbeats, and the longest wait for the store: a hang is named this long after its timeout
 STALE_PERIODS = 3  # a heartbeat older than this many periods: the process stopped answering
-PREFIX = "sagemaker_lightning/watchdog"  # the watchdog's keys in the job's store: PREFIX/0, PREFIX/abort (stored())
 ABORT = "abort"  # the key of the line every rank ends with
 BUSY = "busy"  # the key of the latest busy mark of any rank: one read tells a waiting rank that a peer writes
-KEY_BYTES = 32  # the job's signing key: drawn by rank 0, broadcast over the process group at the start of training
-MAC_CHARS = 2 * hashlib.sha256().digest_size  # a value begins with its HMAC-SHA256 in hex
-MAX_VALUE_BYTES = 64 * 1024  # a heartbeat is under 4 KB and a clipped abort line fits: a longer value is not ours
 # a heartbeat's fields and their types: a signed value without them is a runtime's bug, said as a parse error
 FIELDS = {
     "host": str,
@@ -41,56 +29,6 @@ FIELDS = {
     "arrived": dict,
     "ended": bool,
 }
-
-
-class Forged(Exception):
-    """A value that this job's ranks did not write (unsigned, badly signed, or too long)."""
-
-
-class Silent(Exception):
-    """The store did not answer (in time, or with an error)."""
-
-
-def agree_key(device) -> bytes:
-    """The job's signing key: rank 0's random bytes, broadcast as a tensor over the default process group (every
-    rank calls this at the same point). A tensor, not broadcast_object_list, which would unpickle what it receives."""
-    import torch
-    import torch.distributed as dist
-
-    key = torch.frombuffer(bytearray(secrets.token_bytes(KEY_BYTES)), dtype=torch.uint8).to(device)
-    dist.broadcast(key, src=0)  # the other ranks' draws are overwritten with rank 0's
-    return bytes(key.cpu().tolist())
-
-
-def _mac(key: bytes, name: str, text: str) -> str:
-    """The value's signature, over its key's name too: a value copied to another key does not verify."""
-    return hmac.new(key, f"{name}\n{text}".encode(), hashlib.sha256).hexdigest()
-
-
-def signed(key: bytes, name: str, text: str) -> str:
-    """`text` as the value of key `name`: its signature, then itself."""
-    return _mac(key, name, text) + text
-
-
-def clipped(text: str) -> str:
-    """`text` cut so that its signed value fits MAX_VALUE_BYTES (an abort line naming thousands of ranks)."""
-    room = MAX_VALUE_BYTES - MAC_CHARS - len("…".encode())
-    raw = text.encode()
-    return text if len(raw) <= MAX_VALUE_BYTES - MAC_CHARS else raw[:room].decode(errors="ignore") + "…"
-
-
-def opened(key: bytes, name: str, value: bytes) -> str:
-    """The text of a value of key `name` that this job's ranks signed; Forged otherwise. The length is checked
-    before anything else is done with it."""
-    if len(value) > MAX_VALUE_BYTES:
-        raise Forged(f"{len(value)} bytes, over the {MAX_VALUE_BYTES} the watchdog reads")
-    try:
-        text = value[MAC_CHARS:].decode()
-    except UnicodeDecodeError:
-        raise Forged("not UTF-8 text") from None
-    if not hmac.compare_digest(value[:MAC_CHARS], _mac(key, name, text).encode()):
-        raise Forged("no valid signature")
-    return text
 
 
 def parsed(text: str) -> dict:
@@ -205,11 +143,6 @@ def unanswered(op: dict | None, limit_s: float, me: int, host: str, error: Excep
     )
 
 
-def stored(name: str) -> str:
-    """The key `name` as the store holds it (PrefixStore puts a / between)."""
-    return f"{PREFIX}/{name}"
-
-
 def forged_line(name: str, why: Forged, store: str) -> str:
     """The warning for a value that is not this job's."""
     return (
@@ -255,46 +188,3 @@ class Reader:
         if name not in self.said:
             self.said.add(name)
             say(said)
-
-
-def connect(store: str, wait_s: float):
-    """A connection of its own to the job's TCP store at `store` (address:port, the plan's MASTER_ADDR:MASTER_PORT).
-    `wait_s` bounds its waits for a key, not for an answer."""
-    import torch.distributed as dist
-
-    address, port = store.rsplit(":", 1)
-    tcp = dist.TCPStore(address, int(port), is_master=False, timeout=timedelta(seconds=wait_s), wait_for_workers=False)
-    return dist.PrefixStore(PREFIX, tcp)
-
-
-class Link:
-    """The watchdog's connection to the store, each call made in a thread of its own: a call that gets no answer
-    within `wait_s` raises Silent, and until it returns no other starts (at most one thread waits on a stopped store);
-    one that fails drops the connection, and the next connects anew."""
-
-    def __init__(self, connect: Callable, wait_s: float):
-        self.connect, self.wait_s = connect, wait_s
-        self.store = None
-        self.waiting: threading.Thread | None = None  # a call still waiting for its answer
-
-    def call(self, operations: Callable):
-        """`operations(store)`'s result, or Silent."""
-        if self.waiting and self.waiting.is_alive():
-            raise Silent("an earlier call still waits for its answer")
-        result: dict = {}
-
-        def work():
-            try:
-                self.store = self.store or self.connect(self.wait_s)
-                result["value"] = operations(self.store)
-            except Exception as e:  # noqa: BLE001  any failure of the store is its silence
-                self.store, result["error"] = None, e
-
-        self.waiting = threading.Thread(target=work, name="sagemaker-lightning-watchdog-store", daemon=True)
-        self.waiting.start()
-        self.waiting.join(self.wait_s)
-        if self.waiting.is_alive():
-            raise Silent(f"no answer within {self.wait_s:g} s")
-        if "error" in result:
-            raise Silent(f"{type(result['error']).__name__}: {result['error']}")
-        return result["value"]

@@ -1,17 +1,17 @@
 """The watchdog's thread (watchdog.py starts it with training and stops it at the end): each rank's, every PERIOD_S,
-writes a heartbeat to the job's TCP store, signed with a key the ranks agreed on over the process group (heartbeats.py:
-the store answers anyone who reaches it; a call it does not answer within PERIOD_S is given up): its host, step, the
-last collective it entered in each process group (torch's flight recorder, TORCH_FR_BUFFER_SIZE: NCCL's, and gloo's in
-torch 2.14.1; plan.recorder_env sets it), what the runtime is doing (writing a checkpoint: busy()), and, when its main
-thread has made no progress for a period, that thread's innermost Python frames. A rank whose oldest unfinished
+writes a heartbeat to the job's TCP store, signed with a key the ranks agreed on over the process group (signing.py: the
+store answers anyone who reaches it; store_link.py: a call it does not answer within PERIOD_S is given up): its host,
+step, the last collective it entered in each process group (torch's flight recorder, TORCH_FR_BUFFER_SIZE: NCCL's, and
+gloo's in torch 2.14.1; plan.recorder_env sets it), what the runtime is doing (writing a checkpoint: busy()), and, when
+its main thread has made no progress for a period, that thread's innermost Python frames. A rank whose oldest unfinished
 collective is older than the timeout (without the flight recorder: whose main thread made no progress for that long)
 compares the heartbeats: the ranks that never entered that collective, or whose heartbeat stopped (SIGSTOP, a frozen
 host), are the ones named. A busy rank is no hang: while any rank writes a checkpoint (status.py), and for a timeout
-after, nothing is judged (dist_timeout bounds it). The line goes to the store first (the first written wins): every
-rank that reads it, the stuck one included when it still runs, ends with it (global rank 0 adds the goodput so far);
-rank 0, whose process holds the store, ends once the peers that still beat have read it. A rank that finds the store
-silent past the timeout ends with a line saying so. Imports no torch: torch's store client and flight recorder are
-imported where called.
+after, nothing is judged (dist_timeout bounds it). The line goes to the store first (the first written wins): every rank
+that reads it, the stuck one included when it still runs, ends with it (global rank 0 adds the goodput so far); rank 0,
+whose process holds the store, ends once the peers that still beat have read it. A rank that finds the store silent past
+the timeout ends with a line saying so. Imports no torch: torch's store client and flight recorder are imported where
+called.
 
     .venv/bin/pytest tests/unit/health/test_watchdog_judgement.py    # one heartbeat at a time, its clocks the test's
 """
@@ -27,7 +27,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from sagemaker_lightning import failure, lines
-from sagemaker_lightning.health import heartbeats, stragglers
+from sagemaker_lightning.health import heartbeats, signing, store_link, stragglers
 from sagemaker_lightning.health.heartbeats import (
     ABORT,
     BUSY,
@@ -90,7 +90,7 @@ class Judge:
         self.warned: dict[str, float] = {}  # host → when it was last named a straggler
         # the job's values from the store, what is not this job's said once
         self.read = heartbeats.Reader(key, self.store)
-        self.link = heartbeats.Link(lambda wait_s: heartbeats.connect(self.store, wait_s), PERIOD_S)
+        self.link = store_link.Link(lambda wait_s: store_link.connect(self.store, wait_s), PERIOD_S)
         self.stopping = threading.Event()
 
     def run(self) -> None:
@@ -115,7 +115,7 @@ class Judge:
         mine = self._record(fr, now)
         try:
             abort, busy_mark, raw = self.link.call(lambda store: self._exchange(store, mine, waiting))
-        except heartbeats.Silent as e:  # silent as long as a stopped peer's heartbeat (a slow connect is not)
+        except store_link.Silent as e:  # silent as long as a stopped peer's heartbeat (a slow connect is not)
             silent = self.clock() - self.answered > STALE_PERIODS * PERIOD_S
             if silent and (waiting or stalled) and self._quiet(limit):  # a stuck rank too: no peer can tell it more
                 self._end(heartbeats.unanswered(op, limit, self.rank, self.host, e, self.store))
@@ -152,9 +152,9 @@ class Judge:
         """In the link's thread: write this rank's heartbeat (and busy mark); read the line, the latest busy mark when
         this rank waits, and every heartbeat on rank 0 (stragglers)."""
         me = str(self.rank)
-        store.set(me, heartbeats.signed(self.key, me, json.dumps(mine)))
+        store.set(me, signing.signed(self.key, me, json.dumps(mine)))
         if mine["busy"]:
-            store.set(BUSY, heartbeats.signed(self.key, BUSY, json.dumps(mine)))
+            store.set(BUSY, signing.signed(self.key, BUSY, json.dumps(mine)))
         abort = store.get(ABORT) if store.check([ABORT]) else None
         busy_mark = store.get(BUSY) if waiting and store.check([BUSY]) else None
         return abort, busy_mark, self._all(store) if self.rank == 0 else None
@@ -180,7 +180,7 @@ class Judge:
         """End the job: the ranks that hold this one up, named from their heartbeats."""
         try:
             records = self.read.records(self.link.call(self._all))
-        except heartbeats.Silent as e:
+        except store_link.Silent as e:
             self._end(heartbeats.unanswered(op, limit, self.rank, self.host, e, self.store))
         pg, seq = (op["process_group"][0], op["collective_seq_id"]) if op else (None, None)
         held = absent(records, pg, seq, now, self.rank)
@@ -189,11 +189,11 @@ class Judge:
     def claim(self, said: str) -> str:
         """The line every rank ends with: the first one written to the store, this one if none was (or the store
         is silent, or holds a value that is not this job's)."""
-        text = heartbeats.clipped(said)
-        value = heartbeats.signed(self.key, ABORT, text)
+        text = signing.clipped(said)
+        value = signing.signed(self.key, ABORT, text)
         try:
             first = self.link.call(lambda store: store.compare_set(ABORT, "", value))
-        except heartbeats.Silent:
+        except store_link.Silent:
             return text
         return self.read.opened(ABORT, first) or text
 
@@ -215,8 +215,8 @@ class Judge:
         failure.report(said)
         sys.stdout.flush()
         me, read = str(self.rank), json.dumps(self._record({}, self.wall(), ended=True))
-        with contextlib.suppress(heartbeats.Silent):
-            self.link.call(lambda store: store.set(me, heartbeats.signed(self.key, me, read)))
+        with contextlib.suppress(store_link.Silent):
+            self.link.call(lambda store: store.set(me, signing.signed(self.key, me, read)))
         if self.rank == 0:
             self._await_readers()
         self.exit(1)
@@ -228,7 +228,7 @@ class Judge:
         while self.clock() < deadline:
             try:
                 records = self.read.records(self.link.call(self._all))
-            except heartbeats.Silent:
+            except store_link.Silent:
                 return
             now = self.wall()
             if all(r["ended"] for rank, r in records.items() if rank != self.rank and fresh(r, now)):

@@ -19,7 +19,7 @@ from collections import deque
 
 from jsonargparse.typing import PositiveFloat
 
-from sagemaker_lightning.health import heartbeats
+from sagemaker_lightning.health import signing
 from sagemaker_lightning.health.heartbeats import PERIOD_S
 from sagemaker_lightning.health.judge import Judge, Progress
 from sagemaker_lightning.toolbox.concern import Context, Part, Setting, declares
@@ -67,7 +67,7 @@ class Watchdog:
     def on_train_start(self, trainer, pl_module):
         if trainer.world_size == 1:
             return
-        key = heartbeats.agree_key(trainer.strategy.root_device)  # a collective: every rank, here
+        key = signing.agree_key(trainer.strategy.root_device)  # a collective: every rank, here
         self.begin(trainer.global_rank, trainer.world_size, trainer.global_step, key)
         self.thread = threading.Thread(target=self.judge.run, name="sagemaker-lightning-watchdog", daemon=True)
         self.thread.start()

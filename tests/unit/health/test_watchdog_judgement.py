@@ -14,7 +14,7 @@ import pytest
 import torch.distributed as dist
 
 from sagemaker_lightning import failure, goodput
-from sagemaker_lightning.health import heartbeats, judge, watchdog
+from sagemaker_lightning.health import heartbeats, judge, store_link, watchdog
 
 pytestmark = pytest.mark.unit
 
@@ -66,8 +66,8 @@ class Job:
         wd.begin(rank, world, 5, KEY)
         wd.judge.wall, wd.judge.pause = (lambda: self.wall), self.advance
         wd.judge.recorder = lambda: {"entries": list(entries)} if entries is not None else {}
-        wd.judge.link = heartbeats.Link(
-            functools.partial(heartbeats.connect, self.address), wait_s=60
+        wd.judge.link = store_link.Link(
+            functools.partial(store_link.connect, self.address), wait_s=60
         )  # this store answers: a connect can take 5 s
         wd.thread = threading.current_thread()  # the hooks time steps while the thread runs
 
@@ -294,7 +294,7 @@ def silent_store():
         gate.wait()
         raise ConnectionError("released")
 
-    yield heartbeats.Link(connect, wait_s=0.05), tried
+    yield store_link.Link(connect, wait_s=0.05), tried
     gate.set()
 
 
@@ -358,7 +358,7 @@ def test_a_ranks_first_heartbeat_is_written_as_its_thread_starts(job):
     wd = job.rank(1)
     wd.judge.stopping.set()  # the thread ends at its first wait
     wd.judge.run()
-    assert job.store.check([heartbeats.stored("1")])
+    assert job.store.check([store_link.stored("1")])
 
 
 def test_rank_zeros_hang_line_ends_with_the_goodput_so_far(job):

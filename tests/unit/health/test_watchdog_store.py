@@ -18,7 +18,7 @@ import torch
 import torch.distributed as dist
 from test_watchdog_judgement import KEY, LIMIT, Ended, started
 
-from sagemaker_lightning.health import heartbeats
+from sagemaker_lightning.health import heartbeats, signing, store_link
 
 pytestmark = pytest.mark.unit
 
@@ -32,7 +32,7 @@ def job(monkeypatch):
 def intruder(job):
     """A client of the job's store that is none of its ranks: anything that reaches MASTER_PORT."""
     store = dist.TCPStore("127.0.0.1", job.port, is_master=False, wait_for_workers=False)
-    return lambda name, value: store.set(heartbeats.stored(name), value)
+    return lambda name, value: store.set(store_link.stored(name), value)
 
 
 def warnings(out: str) -> list[str]:
@@ -44,10 +44,10 @@ def test_an_abort_line_the_ranks_did_not_sign_ends_nothing_and_is_said_once(job,
     wd = job.rank(1)
     intruder(heartbeats.ABORT, "everyone exit 1")
     wd.judge.tick()
-    intruder(heartbeats.ABORT, heartbeats.signed(b"another key" * 3, heartbeats.ABORT, "everyone exit 1"))
+    intruder(heartbeats.ABORT, signing.signed(b"another key" * 3, heartbeats.ABORT, "everyone exit 1"))
     wd.judge.tick()
     assert warnings(capsys.readouterr().out) == [
-        f"warning: a value not signed by this job's ranks was written to {heartbeats.stored('abort')} (no valid "
+        f"warning: a value not signed by this job's ranks was written to {store_link.stored('abort')} (no valid "
         f"signature): ignored; the store at 127.0.0.1:{job.port} (MASTER_ADDR:MASTER_PORT) is reachable by "
         "something else"
     ]
@@ -70,7 +70,7 @@ def test_a_forged_busy_heartbeat_hides_no_hang(job, intruder):
 def test_a_heartbeat_that_does_not_parse_says_so_and_blames_no_host(job, capsys):
     """Before: the parse error escaped as a silent store, and the line blamed rank 0's host as stopped or gone."""
     wd = job.rank(1)
-    wd.judge.link.call(lambda store: store.set("0", heartbeats.signed(KEY, "0", '{"host": "algo-1", "t": "soon"}')))
+    wd.judge.link.call(lambda store: store.set("0", signing.signed(KEY, "0", '{"host": "algo-1", "t": "soon"}')))
     job.advance(LIMIT + 1)
     with pytest.raises(Ended) as ended:
         wd.judge.tick()
@@ -78,7 +78,7 @@ def test_a_heartbeat_that_does_not_parse_says_so_and_blames_no_host(job, capsys)
     assert ended.value.line.endswith(f"rank 0 on ? did not arrive: its heartbeat does not parse ({wrong})")
     assert "does not answer" not in ended.value.line
     assert warnings(capsys.readouterr().out) == [
-        f"warning: the watchdog's heartbeat in {heartbeats.stored('0')} does not parse ({wrong})"
+        f"warning: the watchdog's heartbeat in {store_link.stored('0')} does not parse ({wrong})"
     ]
 
 
@@ -93,32 +93,32 @@ def test_a_parse_error_names_what_is_wrong(text, problem):
 
 def test_a_value_is_read_only_under_its_own_key_and_the_size_cap():
     text = json.dumps({"t": 1})
-    assert heartbeats.opened(KEY, "0", heartbeats.signed(KEY, "0", text).encode()) == text
-    with pytest.raises(heartbeats.Forged, match="no valid signature"):  # rank 0's, copied to rank 1's key
-        heartbeats.opened(KEY, "1", heartbeats.signed(KEY, "0", text).encode())
-    long = heartbeats.signed(KEY, "0", "x" * heartbeats.MAX_VALUE_BYTES).encode()  # signed, but past the cap
-    with pytest.raises(heartbeats.Forged, match=f"{len(long)} bytes, over the {heartbeats.MAX_VALUE_BYTES}"):
-        heartbeats.opened(KEY, "0", long)
+    assert signing.opened(KEY, "0", signing.signed(KEY, "0", text).encode()) == text
+    with pytest.raises(signing.Forged, match="no valid signature"):  # rank 0's, copied to rank 1's key
+        signing.opened(KEY, "1", signing.signed(KEY, "0", text).encode())
+    long = signing.signed(KEY, "0", "x" * signing.MAX_VALUE_BYTES).encode()  # signed, but past the cap
+    with pytest.raises(signing.Forged, match=f"{len(long)} bytes, over the {signing.MAX_VALUE_BYTES}"):
+        signing.opened(KEY, "0", long)
 
 
 def test_a_long_abort_line_is_clipped_to_the_cap_and_still_reads():
     line = "rank 7 on algo-8 did not arrive: é " * 10_000
-    value = heartbeats.signed(KEY, heartbeats.ABORT, heartbeats.clipped(line)).encode()
-    assert len(value) <= heartbeats.MAX_VALUE_BYTES
-    assert heartbeats.opened(KEY, heartbeats.ABORT, value).endswith("…")
+    value = signing.signed(KEY, heartbeats.ABORT, signing.clipped(line)).encode()
+    assert len(value) <= signing.MAX_VALUE_BYTES
+    assert signing.opened(KEY, heartbeats.ABORT, value).endswith("…")
 
 
 def agreeing(rank: int, port: int, out) -> None:
     """One of two gloo ranks: the key it agrees on, as the watchdog does at the start of training."""
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=2, timeout=datetime.timedelta(seconds=20))
-    out.put((rank, heartbeats.agree_key(torch.device("cpu"))))
+    out.put((rank, signing.agree_key(torch.device("cpu"))))
     dist.destroy_process_group()
 
 
 def test_the_ranks_agree_on_rank_0s_key_over_the_process_group(free_port):
     keys = spawned.two_ranks(agreeing, free_port(), timeout_s=60)
-    assert keys[0] == keys[1] and len(keys[0]) == heartbeats.KEY_BYTES
+    assert keys[0] == keys[1] and len(keys[0]) == signing.KEY_BYTES
 
 
 def test_a_store_that_accepts_but_never_answers_holds_the_watchdog_no_longer_than_its_wait(job):
@@ -127,7 +127,7 @@ def test_a_store_that_accepts_but_never_answers_holds_the_watchdog_no_longer_tha
     listening = socket.create_server(("127.0.0.1", 0))
     job.address = f"127.0.0.1:{listening.getsockname()[1]}"
     wd = job.rank(1)
-    wd.judge.link = heartbeats.Link(functools.partial(heartbeats.connect, job.address), wait_s=0.2)
+    wd.judge.link = store_link.Link(functools.partial(store_link.connect, job.address), wait_s=0.2)
     job.advance(LIMIT + 1)
     ended: list[Ended] = []
 
