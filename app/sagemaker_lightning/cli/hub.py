@@ -41,7 +41,7 @@ from sagemaker_lightning.cli import arguments, checks, job, precision, quiet, se
 from sagemaker_lightning.data import training_loader
 from sagemaker_lightning.health import preflight, watchdog
 from sagemaker_lightning.health.heartbeats import PERIOD_S
-from sagemaker_lightning.launch import hyperparameters, paths, started
+from sagemaker_lightning.launch import here, started
 from sagemaker_lightning.launch.plan import Plan, make_plan
 from sagemaker_lightning.lines import say
 from sagemaker_lightning.parallel import lr_scaling, strategy
@@ -65,17 +65,6 @@ CONCERNS = (  # the trainer's concerns, each a function Context → Part (concer
     tracker.concern,  # MLflow, one run a job
     tensorboard.concern,  # TensorBoard, the trainer's logger unless trainer.logger names another
 )
-
-
-def _interfaces() -> set[str]:
-    return {name for _, name in socket.if_nameindex()}
-
-
-def _here() -> dict:
-    """What the plan asks of this host where the platform does not say: its GPUs (torch is imported by now; the count
-    does not initialise CUDA) and its name."""
-    torch = sys.modules.get("torch")
-    return {"gpus": torch.cuda.device_count() if torch else 0, "hostname": socket.gethostname()}
 
 
 class LightningCLI:
@@ -105,11 +94,7 @@ class LightningCLI:
         # a failure nobody catches (a script's, a job's) is one line; a caller that catches gets Lightning's exception
         sys.excepthook = functools.partial(self._uncaught, stderr=sys.stderr)
         quiet.install()  # after Lightning's import, whose own filters would otherwise come first
-        # the environment, read once: instantiate_classes completes this plan with the resolved trainer settings
-        sent = hyperparameters.sent(os.environ)
-        here = {"checkpoint_dir": paths.checkpoint_dir(os.environ), "objective": hyperparameters.objective(sent)}
-        here.update(_here(), hyperparameters=hyperparameters.projects(sent))
-        self.plan = make_plan(dict(os.environ), _interfaces(), **here)
+        self.plan = here.plan(os.environ)  # the environment, read once: instantiate_classes completes it (job.py)
         if self.plan.in_job:  # a process torchrun starts here inherits the start; off a job the environment stays
             os.environ.setdefault(started.STARTED_AT, repr(self.goodput.start))  # as Lightning's own class leaves it
         # the subcommand runs in here: its goodput line is said last, after the process group's end (a second)
