@@ -37,6 +37,7 @@ import uuid
 from sagemaker_lightning import lines
 from sagemaker_lightning.lines import say
 
+STATE_KEY = "Goodput"  # its callback's key among a checkpoint's callbacks (goodput_callback.py), Lightning's default
 TERMS = ("start-up", "restore", "checkpoint stall", "steps trained again", "data wait", "validation", "training", "end")
 
 

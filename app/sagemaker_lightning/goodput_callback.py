@@ -9,7 +9,7 @@ a hook (scripts/bench_overhead.py --profile, 1 process, 2 AMD EPYC cores, torch 
 import time
 
 from sagemaker_lightning import goodput_file
-from sagemaker_lightning.goodput import Attempt
+from sagemaker_lightning.goodput import STATE_KEY, Attempt
 from sagemaker_lightning.lines import say
 from sagemaker_lightning.toolbox.concern import Context, Part
 from sagemaker_lightning.toolbox.lightning_package import made
@@ -46,6 +46,12 @@ class Goodput:
         if self._starting:
             self._starting.set()
             self._starting = None
+
+    @property
+    def state_key(self) -> str:
+        """Lightning's default (the class's name), named in goodput.py: the checkpoint writer leaves it out where it
+        compares two saves of one moment (checkpoints/writer.py)."""
+        return STATE_KEY
 
     def state_dict(self) -> dict:
         return {"records": self.attempt.records()}

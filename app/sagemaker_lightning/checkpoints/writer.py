@@ -41,11 +41,11 @@ from sagemaker_lightning.checkpoints.atomic import replacing
 from sagemaker_lightning.checkpoints.layout import LAST
 from sagemaker_lightning.checkpoints.retention import keep_previous
 from sagemaker_lightning.failure import UserError
-from sagemaker_lightning.goodput_callback import Goodput
+from sagemaker_lightning.goodput import STATE_KEY as GOODPUT
 from sagemaker_lightning.lines import say
 from sagemaker_lightning.toolbox.location import remote
 
-VOLATILE = (Goodput.__qualname__,)  # callbacks' states that change between two saves of one moment: goodput's clock
+VOLATILE = (GOODPUT,)  # callbacks' states that change between two saves of one moment: goodput's clock
 
 
 def tensors(tree, position=()):
