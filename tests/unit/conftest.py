@@ -3,7 +3,7 @@ process, as FSDP2 needs one to shard (parallel/test_fsdp.py, checkpoints/test_ch
 
 Under pytest-xdist each worker's torch, and the processes its tests start, run on the worker's share of the cores. By
 default each takes a thread a core, and OpenMP's threads spin while they wait: `make test-unit`'s 2 workers on 2 cores
-took 68-72 s (user CPU 97-100 s), and take 52-53 s (user 68 s) with a thread each, back to back on this machine (2 Xeon
+took 68-72 s (user CPU 97-100 s), and take 52-56 s (user 68-74 s) with a thread each, back to back on this machine (2 Xeon
 cores, torch 2.14.1)."""
 
 import os
