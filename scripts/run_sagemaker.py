@@ -21,7 +21,7 @@ import logging
 import os
 import sys
 
-from jobs import best, children, options, project, sdk2, sdk3, spec, tuning
+from jobs import best, children, options, outcome, project, sdk2, sdk3, spec, tuning
 from jobs.watch import ValidationWatch
 from sagemaker_lightning.cli import quiet
 
@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     watch = ValidationWatch(sys.stdout)
     try:
         with contextlib.redirect_stdout(watch):
-            model = (sdk2.run if job.sdk == "v2" else sdk3.run)(job)
+            model = outcome.run(job)
     except (RuntimeError, ValueError) as e:  # the SDKs' "job failed" (local mode; UnexpectedStatusException): one line
         reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         print(f"error: job {job.name} failed ({reason[:300]}); the job's ERROR line above says why", file=sys.stderr)

@@ -22,7 +22,7 @@ import os
 import re
 import sys
 
-from jobs import sdk2, sdk3
+from jobs import outcome
 from jobs.tuning import Tuning, child_hyperparameters
 
 CODE_CHANNEL = "code"  # --source-dir as a channel of its own, which the toolkit copies into /opt/ml/code
@@ -115,7 +115,7 @@ def run(tuning: Tuning) -> int:
         tee = Tee(sys.stdout)
         try:
             with contextlib.redirect_stdout(tee):
-                (sdk2.run if child.sdk == "v2" else sdk3.run)(child)
+                outcome.run(child)
         except (RuntimeError, ValueError) as e:
             print(
                 f"error: child {child.name} failed ({str(e).strip()[:200]}); its ERROR line above says why",

@@ -3,6 +3,7 @@
 import json
 import re
 import sys
+import tarfile
 
 import pytest
 from sagemaker.estimator import Estimator, EstimatorBase
@@ -159,3 +160,27 @@ def test_validation_watch_reads_the_accuracy_lines_as_they_pass(capsys):
     assert capsys.readouterr().out == log  # passed on unchanged
     assert watch.accuracy == {0: 0.5, 1: 0.9, 2: 0.85}
     assert watch.summary() == "final validation accuracy: 0.8500 (epoch 2; best 0.9000 at epoch 1)"
+
+
+@pytest.mark.parametrize("failure", ["ERROR-LINE", None])
+def test_a_local_job_that_left_a_failure_file_failed_whatever_docker_compose_said(
+    tmp_path, monkeypatch, capsys, failure
+):
+    """docker-compose 1.29 can exit 0 for a container that exited 1 (seen under load in CI: the client printed the
+    model, exit 0, for a job whose rank was killed): the failure file in output.tar.gz decides, as on SageMaker."""
+    done = tmp_path / "job"
+    done.mkdir()
+    (done / "model.tar.gz").touch()
+    with tarfile.open(done / "output.tar.gz", "w:gz") as tar:
+        if failure:
+            (tmp_path / "failure").write_text(f"Traceback...\n{failure}\n")
+            tar.add(tmp_path / "failure", arcname="failure")
+    monkeypatch.setattr(sdk2, "run", lambda job: f"file://{done}/model.tar.gz")
+    code = run_sagemaker.main(["--image", "i", "--input", str(tmp_path), "--output", str(tmp_path)])
+    out, err = capsys.readouterr()
+    if failure:
+        assert code == 1 and re.fullmatch(
+            r"error: job \S+ failed \(ERROR-LINE\); the job's ERROR line above says why\n", err
+        )
+    else:
+        assert code == 0 and f"model.tar.gz: {done}/model.tar.gz" in out and err == ""
