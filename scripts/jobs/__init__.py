@@ -2,7 +2,7 @@
 
     options.py  the command line (argparse)
     spec.py     the job it describes, resolved and checked (a frozen Job), before any SDK import
-    outcome.py  the job run by its SDK; a local job's end read from the failure file it left (docker compose can say 0)
+    outcome.py  the job run by its SDK; a local job's end read from its containers' exits (docker compose can say 0)
     sdk2.py     the job as SDK 2.x's Estimator; sdk3.py: as SDK 3.x's ModelTrainer
     dry_run.py  --dry-run: the CreateTrainingJob request printed, nothing sent
     watch.py    the job's log as it passes: each epoch's validation accuracy

@@ -23,6 +23,7 @@ import re
 import sys
 
 from jobs import outcome
+from jobs.outcome import COLOUR, Tee
 from jobs.tuning import Tuning, child_hyperparameters
 
 CODE_CHANNEL = "code"  # --source-dir as a channel of its own, which the toolkit copies into /opt/ml/code
@@ -31,7 +32,6 @@ CHECKPOINTS = "checkpoints"  # local mode's --checkpoints: a mounted channel (sp
 # the host in docker compose's prefix of each line (colours taken off): SDK 2.x's <project>-algo-1-xxxxx, SDK 3.x's
 # algo-1_1 (docker-compose v1), algo-1 elsewhere: its SageMaker name, algo-N
 HOST = re.compile(r"^\S*?(algo-\d+)\S*\s+\|")
-COLOUR = re.compile(r"\x1b\[[0-9;]*m")  # compose colours each host's prefix
 
 
 def settings(tuning: Tuning) -> list[dict[str, str]]:
@@ -87,20 +87,6 @@ def objective_values(log: str, regex: str) -> list[tuple[str, float]]:
             host = HOST.match(line)
             found.append((host[1] if host else "?", float(match[1])))
     return found
-
-
-class Tee:
-    """Standard output that also keeps what passes through it: the child's log, as both SDKs write it there."""
-
-    def __init__(self, stream):
-        self.stream, self.text = stream, []
-
-    def write(self, text: str) -> int:
-        self.text.append(text)
-        return self.stream.write(text)
-
-    def __getattr__(self, name):
-        return getattr(self.stream, name)
 
 
 def run(tuning: Tuning) -> int:

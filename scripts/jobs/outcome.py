@@ -1,30 +1,64 @@
-"""How a local-mode job ended, read from what it left rather than from docker compose's exit code.
+"""How a local-mode job ended, read from its log rather than from docker compose's exit code.
 
 docker-compose 1.29 (Debian's, which the SDKs run when `docker compose` is missing) can exit 0 for a container that
-exited 1: `up --abort-on-container-exit` reads the container's state once its log ends, and on a loaded machine Docker
-has not recorded the exit yet (its maintainers call that exit code unreliable: docker/compose#3725). The SDKs then
-report a failed job as done. SageMaker itself decides by the failure file (/opt/ml/output/failure), which both SDKs'
-local mode pack into output.tar.gz beside model.tar.gz: so does this.
+exited 1: after `up --abort-on-container-exit` it reads the container's state once its log ends, and on a loaded
+machine Docker has not recorded the exit yet (its maintainers call that exit code unreliable: docker/compose#3725).
+The SDKs then report a failed job as done. Compose's own line for each container, "NAME exited with code N", comes
+from waiting on the container and is exact: a local job failed when a container exited with another code than 0, as
+SageMaker decides by each host's exit. Its reason is the failure line its hosts left (/opt/ml/output/failure, which
+both SDKs' local mode pack into output.tar.gz beside model.tar.gz). A failure file alone proves nothing: a job whose
+torchrun restarted a lost rank and then finished keeps the line of the attempt that failed.
 
     from jobs import outcome
     outcome.run(job)  # the model's URI; a RuntimeError with the job's failure line if it failed
-    outcome.failure("file:///tmp/runs/lightning-20261129-183853/model.tar.gz")  # the job's failure line, or None
 """
 
+import contextlib
 import os
+import re
+import sys
 import tarfile
 
 from jobs import sdk2, sdk3
 from jobs.spec import Job
 
+COLOUR = re.compile(r"\x1b\[[0-9;]*m")  # compose colours each host's prefix
+EXITED = re.compile(r"(?m)^(\S+) exited with code (-?\d+)\r?$")  # compose's line for each container, at a line's start
+
+
+class Tee:
+    """Standard output that also keeps what passes through it: the job's log, as both SDKs write it there."""
+
+    def __init__(self, stream):
+        self.stream, self.text = stream, []
+
+    def write(self, text: str) -> int:
+        self.text.append(text)
+        return self.stream.write(text)
+
+    def __getattr__(self, name):
+        return getattr(self.stream, name)
+
 
 def run(job: Job) -> str | None:
     """Start the job with its SDK and wait as it asks; the model.tar.gz URI, or a RuntimeError (as the SDKs raise for
-    a failed job) with the failure line a local job's hosts left, whatever docker compose's exit code said."""
-    model = (sdk2.run if job.sdk == "v2" else sdk3.run)(job)
-    if job.local and model and (line := failure(model)):
+    a failed job) with the failure line of a local job whose container exited with an error, whatever docker compose's
+    own exit code said."""
+    tee = Tee(sys.stdout)
+    with contextlib.redirect_stdout(tee):
+        model = (sdk2.run if job.sdk == "v2" else sdk3.run)(job)
+    if job.local and (line := failed("".join(tee.text), model)):
         raise RuntimeError(line)
     return model
+
+
+def failed(log: str, model: str | None) -> str | None:
+    """None when every container in the log of a local job exited 0; else the failure line its hosts left (the
+    output.tar.gz beside `model`, a file:// URI), or the first container's exit when they left none."""
+    exits = [(name, code) for name, code in EXITED.findall(COLOUR.sub("", log)) if code != "0"]
+    if not exits:
+        return None
+    return (model and failure(model)) or f"container {exits[0][0]} exited with code {exits[0][1]}"
 
 
 def failure(model: str) -> str | None:

@@ -162,12 +162,20 @@ def test_validation_watch_reads_the_accuracy_lines_as_they_pass(capsys):
     assert watch.summary() == "final validation accuracy: 0.8500 (epoch 2; best 0.9000 at epoch 1)"
 
 
-@pytest.mark.parametrize("failure", ["ERROR-LINE", None])
-def test_a_local_job_that_left_a_failure_file_failed_whatever_docker_compose_said(
-    tmp_path, monkeypatch, capsys, failure
+@pytest.mark.parametrize(
+    "exit_code, failure, error",
+    [
+        ("1", "ERROR-LINE", "ERROR-LINE"),  # compose said 0 (seen under load in CI), its container line 1
+        ("137", None, "container x1-algo-1-ab exited with code 137"),
+        ("0", "ERROR-LINE", None),  # a line from an attempt torchrun restarted, then the job ended well
+        ("0", None, None),
+    ],
+)
+def test_a_local_job_failed_when_a_container_did_whatever_docker_compose_said(
+    tmp_path, monkeypatch, capsys, exit_code, failure, error
 ):
-    """docker-compose 1.29 can exit 0 for a container that exited 1 (seen under load in CI: the client printed the
-    model, exit 0, for a job whose rank was killed): the failure file in output.tar.gz decides, as on SageMaker."""
+    """docker-compose 1.29 can exit 0 for a container that exited 1: its own "NAME exited with code N" line, from
+    waiting on the container, decides, and the failure file the job's hosts left (in output.tar.gz) says why."""
     done = tmp_path / "job"
     done.mkdir()
     (done / "model.tar.gz").touch()
@@ -175,12 +183,18 @@ def test_a_local_job_that_left_a_failure_file_failed_whatever_docker_compose_sai
         if failure:
             (tmp_path / "failure").write_text(f"Traceback...\n{failure}\n")
             tar.add(tmp_path / "failure", arcname="failure")
-    monkeypatch.setattr(sdk2, "run", lambda job: f"file://{done}/model.tar.gz")
+
+    def job(job):  # what SDK 2.x prints of a local job, then its model
+        print(f"x1-algo-1-ab | Process exited with code 1\n\x1b[36mx1-algo-1-ab exited with code {exit_code}")
+        return f"file://{done}/model.tar.gz"
+
+    monkeypatch.setattr(sdk2, "run", job)
     code = run_sagemaker.main(["--image", "i", "--input", str(tmp_path), "--output", str(tmp_path)])
     out, err = capsys.readouterr()
-    if failure:
-        assert code == 1 and re.fullmatch(
-            r"error: job \S+ failed \(ERROR-LINE\); the job's ERROR line above says why\n", err
+    if error:
+        assert code == 1, err
+        assert re.fullmatch(
+            rf"error: job \S+ failed \({re.escape(error)}\); the job's ERROR line above says why\n", err
         )
     else:
         assert code == 0 and f"model.tar.gz: {done}/model.tar.gz" in out and err == ""
