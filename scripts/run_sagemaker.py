@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     watch = ValidationWatch(sys.stdout)
     try:
         with contextlib.redirect_stdout(watch):
-            model = outcome.run(job)
+            model = outcome.run(job).model
     except (RuntimeError, ValueError) as e:  # the SDKs' "job failed" (local mode; UnexpectedStatusException): one line
         reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         print(f"error: job {job.name} failed ({reason[:300]}); the job's ERROR line above says why", file=sys.stderr)

@@ -14,7 +14,6 @@ SageMaker's draws.
         --range data.batch_size=16,32 --max-jobs 2 trainer.max_epochs=2 trainer.accelerator=cpu
 """
 
-import contextlib
 import dataclasses
 import itertools
 import json
@@ -23,7 +22,7 @@ import re
 import sys
 
 from jobs import outcome
-from jobs.outcome import COLOUR, Tee
+from jobs.outcome import COLOUR
 from jobs.tuning import Tuning, child_hyperparameters
 
 CODE_CHANNEL = "code"  # --source-dir as a channel of its own, which the toolkit copies into /opt/ml/code
@@ -98,17 +97,15 @@ def run(tuning: Tuning) -> int:
         print(f"child {child.name}: {tuned}")
         if CHECKPOINTS in child.inputs:
             os.makedirs(child.inputs[CHECKPOINTS][len("file://") :], exist_ok=True)
-        tee = Tee(sys.stdout)
         try:
-            with contextlib.redirect_stdout(tee):
-                outcome.run(child)
+            log = outcome.run(child).log  # the child's log as it passed, kept once: by outcome.run, which reads it too
         except (RuntimeError, ValueError) as e:
             print(
                 f"error: child {child.name} failed ({str(e).strip()[:200]}); its ERROR line above says why",
                 file=sys.stderr,
             )
             return 1
-        values = objective_values("".join(tee.text), regex)
+        values = objective_values(log, regex)
         hosts = sorted({host for host, _ in values})
         shown = " ".join(f"{v:.4f}" for _, v in values)
         print(f"child {child.name}: {tuning.objective} per epoch, as the tuner reads it: {shown or 'none'} "

@@ -9,8 +9,12 @@ SageMaker decides by each host's exit. Its reason is the failure line its hosts 
 both SDKs' local mode pack into output.tar.gz beside model.tar.gz). A failure file alone proves nothing: a job whose
 torchrun restarted a lost rank and then finished keeps the line of the attempt that failed.
 
+Only a local job's log is kept, in memory, for those lines (and for children.py, which reads a child's objective from
+it): a cloud job's end is its SDK's to say, so its log, hours long with --wait, passes straight through unkept.
+
     from jobs import outcome
-    outcome.run(job)  # the model's URI; a RuntimeError with the job's failure line if it failed
+    model, log = outcome.run(job)  # the model's URI; the log of a local job, None for a cloud job
+    # a RuntimeError with the job's failure line if it failed
 """
 
 import contextlib
@@ -18,6 +22,7 @@ import os
 import re
 import sys
 import tarfile
+from typing import NamedTuple
 
 from jobs import sdk2, sdk3
 from jobs.spec import Job
@@ -40,16 +45,28 @@ class Tee:
         return getattr(self.stream, name)
 
 
-def run(job: Job) -> str | None:
-    """Start the job with its SDK and wait as it asks; the model.tar.gz URI, or a RuntimeError (as the SDKs raise for
-    a failed job) with the failure line of a local job whose container exited with an error, whatever docker compose's
-    own exit code said."""
+class Result(NamedTuple):
+    """What run() returns: the model.tar.gz URI (None for a cloud job that did not wait) and a local job's log (None
+    for a cloud job, whose output is not kept)."""
+
+    model: str | None
+    log: str | None
+
+
+def run(job: Job) -> Result:
+    """Start the job with its SDK and wait as it asks; the model.tar.gz URI and, for a local job, its log (a cloud
+    job's passes straight through: None), or a RuntimeError (as the SDKs raise for a failed job) with the failure line
+    of a local job whose container exited with an error, whatever docker compose's own exit code said."""
+    start = sdk2.run if job.sdk == "v2" else sdk3.run
+    if not job.local:  # nothing reads a cloud job's log: kept, a long job's with --wait would fill memory for nothing
+        return Result(start(job), None)
     tee = Tee(sys.stdout)
     with contextlib.redirect_stdout(tee):
-        model = (sdk2.run if job.sdk == "v2" else sdk3.run)(job)
-    if job.local and (line := failed("".join(tee.text), model)):
+        model = start(job)
+    log = "".join(tee.text)
+    if line := failed(log, model):
         raise RuntimeError(line)
-    return model
+    return Result(model, log)
 
 
 def failed(log: str, model: str | None) -> str | None:

@@ -10,7 +10,7 @@ from sagemaker.estimator import Estimator, EstimatorBase
 from sagemaker.pytorch import PyTorch
 
 import run_sagemaker
-from jobs import options, sdk2, sdk3, spec
+from jobs import options, outcome, sdk2, sdk3, spec
 from jobs.watch import ValidationWatch
 
 pytestmark = pytest.mark.unit
@@ -198,3 +198,25 @@ def test_a_local_job_failed_when_a_container_did_whatever_docker_compose_said(
         )
     else:
         assert code == 0 and f"model.tar.gz: {done}/model.tar.gz" in out and err == ""
+
+
+@pytest.mark.parametrize("local", [True, False])
+def test_only_a_local_jobs_log_is_kept(monkeypatch, capsys, local):
+    """outcome.run keeps a local job's log, which it reads (and children.py after it); a cloud job's passes straight
+    through, unkept: one running for hours with --wait would otherwise sit in memory whole."""
+    line = "x1-algo-1-ab | epoch 0 step 3: val/acc=0.5000\n"
+    seen = []
+
+    model = "file:///o/x1/model.tar.gz" if local else "s3://b/out/x1/model.tar.gz"
+
+    def run(job):  # the SDK printing the job's log to the standard output it finds
+        seen.append(sys.stdout)
+        print(line, end="")
+        return model
+
+    monkeypatch.setattr(sdk2, "run", run)
+    started = job("--image", "i", "--input", "d", "--output", "o") if local else job(*CLOUD)
+    stdout = sys.stdout
+    assert outcome.run(started) == (model, line if local else None)
+    assert capsys.readouterr().out == line  # shown as it passed, either way
+    assert (seen[0] is stdout) is not local  # a cloud job's SDK writes to the stream itself: nothing in between

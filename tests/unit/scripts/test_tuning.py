@@ -1,6 +1,6 @@
 """scripts/jobs/tuning.py and children.py: `run_sagemaker.py tune` resolved and checked before any SDK import (tables
 of its ranges and of its bad input, each failing in one line), and the hyperparameters of the children it runs
-locally."""
+locally and the objective read from their logs."""
 
 import json
 import math
@@ -8,10 +8,11 @@ import os
 import re
 import shlex
 import subprocess
+import sys
 
 import pytest
 
-from jobs import children, options, spec, tuning
+from jobs import children, options, outcome, spec, tuning
 
 pytestmark = pytest.mark.unit
 
@@ -277,3 +278,19 @@ def test_local_children_keep_their_checkpoints_apart(tmp_path):
     assert first.inputs["checkpoints"] == f"file://{tmp_path}/ck/{first.name}"
     assert second.inputs["checkpoints"] == f"file://{tmp_path}/ck/{second.name}"
     assert first.hyperparameters["checkpoint.dirpath"] == spec.LOCAL_CHECKPOINTS  # where each child's folder mounts
+
+
+def test_the_children_read_the_objective_from_the_log_outcome_run_kept(monkeypatch, capsys):
+    """One copy of each child's log: outcome.run's. The children put no stream of their own around it."""
+    t = tune(*LOCAL, *TUNE, *LR, "--max-jobs", "2")
+    stdout, kept = sys.stdout, iter(["algo-1 | val/acc=0.5000\n", "algo-1 | val/acc=0.7500\n"])
+
+    def run(child):  # outcome.run of a local child: its model and the log it kept (printed as it passed, not here)
+        assert sys.stdout is stdout
+        return outcome.Result(f"file:///o/{child.name}/model.tar.gz", next(kept))
+
+    monkeypatch.setattr(outcome, "run", run)
+    assert children.run(t) == 0
+    out = capsys.readouterr().out
+    assert "validation:accuracy per epoch, as the tuner reads it: 0.5000 (printed by algo-1)" in out
+    assert re.search(r"Maximize validation:accuracy, each child's last value: \S+-002 0\.7500", out)
