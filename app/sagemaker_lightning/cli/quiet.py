@@ -42,6 +42,9 @@ MOOT = (
     r".*is smaller than the logging interval",
     # the summary's size estimate in 32 bits for a mixed precision, which the runtime may have chosen itself
     r"Precision .* is not supported by the model summary",
+    # the directory a job (or a rerun with checkpoint.dirpath) resumes from is meant to hold files, and a fresh job's
+    # holds the goodput ledger (goodput_file.py) before ModelCheckpoint's setup looks: every job was told so
+    r"Checkpoint directory .* exists and is not empty",
 )
 
 

@@ -6,8 +6,10 @@ import warnings
 
 import pytest
 import pytorch_lightning
+from pytorch_lightning.callbacks import ModelCheckpoint
 from pytorch_lightning.utilities._pytree import _tree_flatten
 
+from sagemaker_lightning import goodput_file
 from sagemaker_lightning.cli import quiet
 
 pytestmark = pytest.mark.unit
@@ -28,6 +30,18 @@ def test_a_library_deprecation_is_left_out_and_a_configuration_warning_kept(inst
     messages = warned(install)
     assert any("AMP with fp16 is not supported on CPU" in m for m in messages)  # the project's setting
     assert any("LeafSpec" in m for m in messages) is not install
+
+
+@pytest.mark.parametrize("install", [False, True])
+def test_a_checkpoint_directory_holding_the_goodput_ledger_is_not_warned_about(install, tmp_path):
+    """A fresh job's directory holds goodput.json when ModelCheckpoint's setup looks at it (Lightning's own check)."""
+    (tmp_path / goodput_file.NAME).write_text("[]")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        if install:
+            quiet.install()
+        ModelCheckpoint(dirpath=tmp_path)._ModelCheckpoint__warn_if_dir_not_empty(str(tmp_path))
+    assert any("exists and is not empty" in str(w.message) for w in caught) is not install
 
 
 def test_sagemaker_sdk_v2_notice_is_left_out(monkeypatch, caplog):
