@@ -3,7 +3,8 @@
 SageMaker shows the first 1024 characters of `/opt/ml/output/failure` as the job's FailureReason. The training
 toolkit and SDK 3.x's driver write that file only when it does not exist yet, so the line written here stays. Under
 torchrun the line also goes to torchrun's error file (TORCHELASTIC_ERROR_FILE): its error summary shows it, and a
-restarted attempt names it (restarts.py). In a Kubernetes pod it is the container's termination message too.
+restarted attempt names it (restarts.py) and takes it out of the failure file (forget). In a Kubernetes pod it is the
+container's termination message too.
 
 A failure becomes that line through one of two tables a reader can scan, each first match wins:
   EXCEPTIONS  here: an exception raised in the training process → its line (and whether its traceback helps); the
@@ -62,6 +63,17 @@ def report(message: str, env: Mapping[str, str] = os.environ, output_dir: str | 
         except OSError:
             pass
     return 1
+
+
+def forget(env: Mapping[str, str] = os.environ) -> None:
+    """The failure file's line removed, where a torchrun attempt that failed left it and the worker group's restart
+    outlived it (its restart line says how it ended: stop/restarts.py): the line kept is then the failure of an
+    attempt the job did not outlive, the one SageMaker names, not the first attempt's."""
+    if output_dir := paths.failure_dir(env):
+        try:
+            os.remove(os.path.join(output_dir, "failure"))
+        except OSError:
+            pass
 
 
 # ---- exceptions in the training process ---------------------------------------------------------------------------

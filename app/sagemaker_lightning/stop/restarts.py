@@ -19,6 +19,7 @@ import os
 import re
 from collections.abc import Mapping
 
+from sagemaker_lightning import failure
 from sagemaker_lightning.launch.plan import UNSHARED_STORE
 from sagemaker_lightning.launch.platforms import kubeflow, sagemaker
 from sagemaker_lightning.lines import say
@@ -163,13 +164,15 @@ def restart_line(env: Mapping[str, str], host: str) -> str | None:
 
 
 def announce(plan, dirpath: str | None) -> None:
-    """At the start of a job's trainer: the restart line (each host's first process); on global rank 0 the warnings
+    """At the start of a job's trainer: the restart line (each host's first process), the previous attempt's line
+    taken out of the host's failure file (failure.forget); on global rank 0 the warnings
     on what a restart could not use: a store shared across torchrun's attempts, a checkpoint directory that is each
     SageMaker host's own, or (elsewhere) one that goes with the container; and a tuning job's child's own folder.
     torchrun's variables as the plan read them (Plan.environment)."""
     env = plan.environment
     if plan.launcher == "torchrun" and env.get("LOCAL_RANK") == "0" and (line := restart_line(env, plan.host)):
         say(line)
+        failure.forget(env)  # the previous attempt's line, now in the restart line: a later failure names the job's
     if not plan.rank_zero:
         return
     for line in (shared_store_line(env), unshared_line(plan, dirpath, env), child_line(plan, dirpath)):

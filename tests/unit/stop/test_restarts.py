@@ -82,6 +82,30 @@ def test_a_restart_names_how_the_previous_attempt_ended(tmp_path, monkeypatch, c
     assert restarts.restart_line({**env, "TORCHELASTIC_RESTART_COUNT": "0"}, "h") is None
 
 
+def test_a_restart_takes_the_previous_attempts_line_out_of_the_failure_file(tmp_path, capsys):
+    """The restarted attempt's own failure is the job's FailureReason, not the first attempt's ("x": first wins)."""
+    torchrun = {"TORCHELASTIC_RUN_ID": "j", "RANK": "0", "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2"}
+    env = {
+        "SM_HOSTS": '["algo-1"]',
+        "SM_CURRENT_HOST": "algo-1",
+        "LAUNCHER": "torchrun",
+        "SM_OUTPUT_DIR": str(tmp_path),
+    }
+    failure.report("lost the connection to host algo-1 during training", env)  # the first attempt's rank 1
+    local_rank_1 = make_plan({**env, **torchrun, "LOCAL_RANK": "1", "TORCHELASTIC_RESTART_COUNT": "1"}, ())
+    restarts.announce(local_rank_1, None)  # the host's first process only
+    assert (tmp_path / "failure").read_text() == "lost the connection to host algo-1 during training\n"
+    restarted = make_plan({**env, **torchrun, "LOCAL_RANK": "0", "TORCHELASTIC_RESTART_COUNT": "1"}, ())
+    restarts.announce(restarted, None)
+    assert "restart 1 of torchrun's worker group on host algo-1" in capsys.readouterr().out
+    assert not (tmp_path / "failure").exists()
+    failure.report("data.batch_size must be positive", env)  # the restarted attempt's own failure
+    assert (tmp_path / "failure").read_text() == "data.batch_size must be positive\n"
+    first = make_plan({**env, **torchrun, "LOCAL_RANK": "0", "TORCHELASTIC_RESTART_COUNT": "0"}, ())
+    restarts.announce(first, None)  # no restart: the line stays
+    assert (tmp_path / "failure").exists()
+
+
 @pytest.mark.parametrize(("given", "expected"), [(None, 0), ("", 0), ("0", 0), ("-1", 0), ("x", 0), ("3", 3)])
 def test_torchruns_restarts_are_a_whole_number_or_none(given, expected):
     env = {} if given is None else {"TORCHELASTIC_MAX_RESTARTS": given}
