@@ -32,7 +32,9 @@ class Goodput:
 
     def setup(self, trainer, pl_module, stage):
         self.on = stage == "fit" and trainer.is_global_zero
-        if self.on and (folder := self.attempt.where()):  # ModelCheckpoint, set up before, resolved its dirpath
+        # the dirpath ModelCheckpoint was given: its setup comes after this one (the hub's order, which puts this
+        # callback after it, holds from the next hook on: toolbox/concern.CallbackOrder)
+        if self.on and (folder := self.attempt.where()):
             # the ledger's records are this attempt's predecessors until a resumed checkpoint says which
             # (on_train_start); this attempt's record is written with them from now until its first step, so that one
             # killed while it starts (a long restore, a host lost) leaves its time too

@@ -34,6 +34,12 @@ LIGHT = (
     "sagemaker_lightning.cli.quiet",
     "sagemaker_lightning.toolbox.concern",  # the concerns' shape: no torch until a concern's own module
     "sagemaker_lightning.health.efa",
+    # the watchdog's and the pre-flight's pure parts, cut from their torch-bound callers to be read and tested alone
+    "sagemaker_lightning.health.heartbeats",
+    "sagemaker_lightning.health.preflight_verdict",
+    "sagemaker_lightning.health.signing",
+    "sagemaker_lightning.health.store_link",
+    "sagemaker_lightning.health.stragglers",
     "sagemaker_lightning.toolbox.status",
     "sagemaker_lightning.stop.restarts",
     "sagemaker_lightning.checkpoints.layout",
