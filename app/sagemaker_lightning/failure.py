@@ -28,6 +28,7 @@ from collections.abc import Callable, Mapping
 
 from sagemaker_lightning.launch import paths
 
+FILE = "failure"  # SageMaker's failure file, in the output directory (SM_OUTPUT_DIR)
 SIGTERM_EXIT = 128 + signal.SIGTERM  # stopped, checkpoint saved: not a failure of the code
 TERMINATION_LOG = "/dev/termination-log"  # a Kubernetes container's terminationMessagePath, where the kubelet made it
 
@@ -58,7 +59,7 @@ def report(message: str, env: Mapping[str, str] = os.environ, output_dir: str | 
     output_dir = output_dir or paths.failure_dir(env)
     if output_dir:
         try:  # "x": the first process to fail names the cause; ranks failing after it are consequences
-            with open(os.path.join(output_dir, "failure"), "x") as f:
+            with open(os.path.join(output_dir, FILE), "x") as f:
                 f.write(line + "\n")
         except OSError:
             pass
@@ -71,7 +72,7 @@ def forget(env: Mapping[str, str] = os.environ) -> None:
     attempt the job did not outlive, the one SageMaker names, not the first attempt's."""
     if output_dir := paths.failure_dir(env):
         try:
-            os.remove(os.path.join(output_dir, "failure"))
+            os.remove(os.path.join(output_dir, FILE))
         except OSError:
             pass
 

@@ -42,7 +42,7 @@ STOPS = {signal.SIGUSR1: signal.SIGTERM}  # other stops, passed on as SIGTERM: H
 def one_line_failure(code: int, log: str = "") -> None:
     """After a failed command: the failure file holds one line. The toolkit leaves its traceback there (or, when
     it died first, nothing); toolkit_failure.toolkit turns that, and the end of the command's output `log`, into the line."""
-    path = os.path.join(OUTPUT, "failure")
+    path = os.path.join(OUTPUT, failure.FILE)
     try:
         with open(path) as f:
             text = f.read()
