@@ -99,6 +99,8 @@ def test_a_restart_takes_the_previous_attempts_line_out_of_the_failure_file(tmp_
     restarts.announce(restarted, None)
     assert "restart 1 of torchrun's worker group on host algo-1" in capsys.readouterr().out
     assert not (tmp_path / "failure").exists()
+    restarts.announce(restarted, None)  # again, the attempt before it killed without a line (SIGKILL): none to take out
+    assert not (tmp_path / "failure").exists()
     failure.report("data.batch_size must be positive", env)  # the restarted attempt's own failure
     assert (tmp_path / "failure").read_text() == "data.batch_size must be positive\n"
     first = make_plan({**env, **torchrun, "LOCAL_RANK": "0", "TORCHELASTIC_RESTART_COUNT": "0"}, ())
