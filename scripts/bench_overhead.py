@@ -5,17 +5,24 @@ processes with one intra-op thread each (`--threads`), the runs of each setup in
 `--warmup` to the last step on rank 0; what is left is the fixed work per step: Lightning's loop, the data loader,
 and the runtime's callbacks and resumable loader. `--profile` adds a run of each under Lightning's SimpleProfiler
 and prints µs per step of each callback's per-step hooks (the profiler's own few µs per hook included) and of
-fetching a batch. With `--accelerator gpu` the model trains on the GPU, one process per GPU.
-The last line is machine-readable:
+fetching a batch. With `--accelerator gpu` the model trains on the GPU, one process per GPU. `--instructions`
+counts instead of timing: the instructions per step of rank 0's main thread under valgrind's callgrind, each CLI
+run at two lengths and differenced so that start-up cancels out; a count does not move with the machine's load, as
+its time does (±10 % between runs on a shared 2-core machine). The threads beside the steps are left out: their work
+is paced by the clock (the goodput file's write every 30 s, the watchdog's beat every 2 s), which valgrind does not
+slow as it slows the steps (about 50-fold), so they would be counted far too often. The last line is machine-readable:
   bench-overhead: p1_lightning=<steps/s> p1_runtime=<steps/s> p1_ratio=<x> p2_lightning=... p2_ratio=<y>
+  (--instructions: p1_lightning_instructions=<per step> p1_runtime_instructions=... p1_instructions_ratio=<x>)
 
     python scripts/bench_overhead.py                    # 1 and 2 processes, 5 runs each: about 6 minutes on 2 cores
     python scripts/bench_overhead.py --processes 2 --repeat 5 --profile
     python scripts/bench_overhead.py --accelerator gpu --processes 1   # on a GPU, one process per GPU (NCCL)
     python scripts/bench_overhead.py --mlflow http://127.0.0.1:5000 --profile   # and tracking's cost (an `mlflow server`)
+    python scripts/bench_overhead.py --processes 1 --instructions   # needs valgrind: about 10 minutes on 2 cores
 """
 
 import argparse
+import concurrent.futures
 import json
 import os
 import platform
@@ -31,6 +38,10 @@ import machine
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 CLIS = ("lightning", "runtime")
+COUNTED_STEPS = (
+    300,
+    1300,
+)  # --instructions: the two lengths each CLI runs, under callgrind (about 50 ms a step on 2 Xeon cores)
 
 
 def child(cli: str, out: str) -> None:
@@ -111,8 +122,9 @@ def free_port() -> str:
         return str(s.getsockname()[1])
 
 
-def run(cli: str, processes: int, args: argparse.Namespace, profile: bool = False) -> dict:
-    """One run in fresh processes, the runtime's as a one-host SageMaker job; what rank 0 measured."""
+def run(cli: str, processes: int, args: argparse.Namespace, profile: bool = False, counted: bool = False) -> dict:
+    """One run in fresh processes, the runtime's as a one-host SageMaker job; what rank 0 measured. counted: rank 0
+    under callgrind, its main thread's instructions in "instructions" (the other ranks run as they are)."""
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "result.json")
         env = {
@@ -150,12 +162,44 @@ def run(cli: str, processes: int, args: argparse.Namespace, profile: bool = Fals
         command += ["--model.steps", str(args.steps), "--model.warmup", str(args.warmup)]
         command += ["--trainer.log_every_n_steps", str(args.log_every_n_steps)]
         command += ["--trainer.profiler", "simple"] * profile
+        counts = os.path.join(tmp, "callgrind.out")
+        if counted:
+            command = [
+                "valgrind",
+                "--tool=callgrind",
+                "--separate-threads=yes",
+                f"--callgrind-out-file={counts}",
+                *command,
+            ]
         done = subprocess.run(command, cwd=tmp, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         if done.returncode != 0 or not os.path.exists(out):
             tail = "\n".join(done.stdout.splitlines()[-20:])
             raise SystemExit(f"error: the {cli} run on {processes} processes failed (exit {done.returncode}):\n{tail}")
         with open(out) as f:
-            return json.load(f)
+            result = json.load(f)
+        if counted:
+            with open(f"{counts}-01") as f:  # the main thread's
+                result["instructions"] = next(int(line.split()[1]) for line in f if line.startswith("totals:"))
+        return result
+
+
+def instructions(clis, processes: int, args: argparse.Namespace) -> dict[str, float]:
+    """The instructions per training step of each CLI's rank 0, its main thread: its runs of COUNTED_STEPS steps
+    differenced, all of them at once, one a core."""
+    runs = [(cli, steps) for cli in clis for steps in COUNTED_STEPS]
+    with concurrent.futures.ThreadPoolExecutor(len(os.sched_getaffinity(0))) as pool:
+        counted = {
+            job: pool.submit(
+                run, job[0], processes, argparse.Namespace(**{**vars(args), "steps": job[1], "warmup": 1}), counted=True
+            )
+            for job in runs
+        }
+    short, long = COUNTED_STEPS
+    return {
+        cli: (counted[cli, long].result()["instructions"] - counted[cli, short].result()["instructions"])
+        / (long - short)
+        for cli in clis
+    }
 
 
 def versions(accelerator: str) -> str:
@@ -187,13 +231,31 @@ def main() -> int:
     parser.add_argument(
         "--log-every-n-steps", type=int, default=50, help="trainer.log_every_n_steps (Lightning's default)"
     )
+    parser.add_argument(
+        "--instructions", action="store_true", help="count rank 0's instructions per step (valgrind) instead of timing"
+    )
     args = parser.parse_args()
     clis = (*CLIS, "mlflow") if args.mlflow else CLIS
+    counter = (
+        subprocess.run(["valgrind", "--version"], capture_output=True, text=True).stdout.strip()
+        if args.instructions
+        else ""
+    )
     print(
         f"date: {time.strftime('%Y-%m-%d')}; {versions(args.accelerator)}; {args.threads} intra-op thread(s) a process"
+        + (f"; {counter}" if counter else "")
     )
     summary, prefix = [], "gpu_" if args.accelerator == "gpu" else ""
     for processes in args.processes:
+        if args.instructions:
+            counts = instructions(clis, processes, args)
+            for cli in clis:
+                print(f"{processes} process(es), {cli:9s}: {counts[cli]:,.0f} instructions per step (callgrind)")
+            ratio = counts["runtime"] / counts["lightning"]
+            print(f"{processes} process(es), runtime/lightning: {ratio:.3f} instructions per step")
+            summary += [f"{prefix}p{processes}_{cli}_instructions={counts[cli]:.0f}" for cli in CLIS]
+            summary.append(f"{prefix}p{processes}_instructions_ratio={ratio:.3f}")
+            continue
         runs: dict[str, list[dict]] = {cli: [] for cli in clis}
         for _ in range(args.repeat):
             for cli in clis:
