@@ -18,7 +18,7 @@ slow as it slows the steps (about 50-fold), so they would be counted far too oft
     python scripts/bench_overhead.py --processes 2 --repeat 5 --profile
     python scripts/bench_overhead.py --accelerator gpu --processes 1   # on a GPU, one process per GPU (NCCL)
     python scripts/bench_overhead.py --mlflow http://127.0.0.1:5000 --profile   # and tracking's cost (an `mlflow server`)
-    python scripts/bench_overhead.py --processes 1 --instructions   # needs valgrind: about 10 minutes on 2 cores
+    python scripts/bench_overhead.py --processes 1 --instructions   # needs valgrind: about 9 minutes on 2 cores
 """
 
 import argparse
@@ -26,6 +26,7 @@ import concurrent.futures
 import json
 import os
 import platform
+import shutil
 import socket
 import statistics
 import subprocess
@@ -38,10 +39,8 @@ import machine
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 CLIS = ("lightning", "runtime")
-COUNTED_STEPS = (
-    300,
-    1300,
-)  # --instructions: the two lengths each CLI runs, under callgrind (about 50 ms a step on 2 Xeon cores)
+# --instructions: the two lengths each CLI runs, under callgrind (about 50 ms a step on 2 Xeon cores)
+COUNTED_STEPS = (300, 1300)
 
 
 def child(cli: str, out: str) -> None:
@@ -236,6 +235,8 @@ def main() -> int:
     )
     args = parser.parse_args()
     clis = (*CLIS, "mlflow") if args.mlflow else CLIS
+    if args.instructions and not shutil.which("valgrind"):
+        parser.error("--instructions counts with valgrind, which is not installed here: apt-get install valgrind")
     counter = (
         subprocess.run(["valgrind", "--version"], capture_output=True, text=True).stdout.strip()
         if args.instructions
