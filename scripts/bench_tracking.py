@@ -1,5 +1,5 @@
 """MLflow tracking's own cost per training step, alone: the tracking callback's hook on the training thread
-(tracking.Tracker.on_train_batch_end: the loss, the rate, a queued point) and the run's thread that sends the points
+(tracking.Tracker.step_end: the loss, the rate, a queued point) and the run's thread that sends the points
 (mlflow_run.Run), against a real server. Each step is a 1 ms sleep (a step whose compute leaves the CPU, as a GPU's
 does); the process's CPU time per step is compared with the same loop without tracking, at each logging cadence.
 The last line is machine-readable:
@@ -68,7 +68,7 @@ def main() -> int:
 
         def hook(step, tracker=tracker, trainer=trainer):
             trainer.global_step = step
-            tracker.on_train_batch_end(trainer, None, outputs, batch, step)
+            tracker.step_end(trainer, step, outputs, batch)
 
         # a call at a step that logs (every 1), else at one that does not; 2,000 calls stay below the run's queue limit
         step, calls = (7, 2000) if every == 1 else (7 * every + 1, 20000)

@@ -74,7 +74,7 @@ class Goodput:
             start, accounted = self._validation
             self.ledger.spent("validation", self.clock() - start - (self.ledger.accounted() - accounted))
 
-    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+    def step_start(self, trainer, batch_idx):  # toolbox/concern.py's Steps calls it, and step_end
         if not self.on:
             return
         now, ledger = self.clock(), self.ledger
@@ -86,10 +86,10 @@ class Goodput:
             ledger.spent("data wait", now - self._last_end - (ledger.total - self._since))
         self._step_start, self._since = now, ledger.total
 
-    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+    def step_end(self, trainer, step, outputs, batch):
         if not self.on:
             return
-        now, step, ledger, attempt = self.clock(), trainer.global_step, self.ledger, self.attempt
+        now, ledger, attempt = self.clock(), self.ledger, self.attempt
         spent = now - self._step_start - (ledger.total - self._since)
         if step > attempt.again_until:
             ledger.spent("training", spent)

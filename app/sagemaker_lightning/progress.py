@@ -128,8 +128,7 @@ class LogLines:
         self._first = trainer.global_step + 1  # a resumed run's first step too
         self._silent = trainer.progress_bar_callback is not None or not trainer.is_global_zero  # once, not every step
 
-    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
-        step = trainer.global_step
+    def step_end(self, trainer, step, outputs, batch):  # toolbox/concern.py's Steps calls it
         if self._silent or step == self._since[1]:
             return
         now, (then, then_step), n = self.clock(), self._since, trainer.log_every_n_steps

@@ -94,10 +94,10 @@ def timeline(
     callback.on_validation_end(trainer, None)
     callback.on_train_start(trainer, None)
     for i, seconds in enumerate(steps):
-        callback.on_train_batch_start(trainer, None, None, i)
+        callback.step_start(trainer, i)
         clock.now += seconds
         trainer.global_step += 1
-        callback.on_train_batch_end(trainer, None, None, None, i)
+        callback.step_end(trainer, trainer.global_step, None, None)
         if i < len(waits):
             with ledger.timing("checkpoint stall"):  # a save after the step, before the next one's data
                 clock.now += save
@@ -138,10 +138,10 @@ def test_a_step_of_the_wall_clock_moves_neither_the_wall_time_nor_a_term(monkeyp
     trainer = SimpleNamespace(is_global_zero=True, global_step=0, logger=None)
     callback.setup(trainer, None, "fit")
     for i in range(3):
-        callback.on_train_batch_start(trainer, None, None, i)
+        callback.step_start(trainer, i)
         mono.now, wall.now = mono.now + 20.0, wall.now + 20.0 - (30.0 if i == 1 else 0.0)
         trainer.global_step += 1
-        callback.on_train_batch_end(trainer, None, None, None, i)
+        callback.step_end(trainer, trainer.global_step, None, None)
     callback.on_fit_end(trainer, None)
     seconds, terms, _ = goodput.summed(attempt.records())
     assert seconds == pytest.approx(65.0) and terms["training"] == 60.0 and sum(terms.values()) == pytest.approx(65.0)
@@ -187,10 +187,10 @@ def test_a_killed_attempts_steps_after_its_last_save_are_trained_again_and_said(
     trainer = SimpleNamespace(is_global_zero=True, global_step=4, logger=None)
     callback.setup(trainer, None, "fit")
     for i in range(4):
-        callback.on_train_batch_start(trainer, None, None, i)
+        callback.step_start(trainer, i)
         clock.now += 1.0
         trainer.global_step += 1
-        callback.on_train_batch_end(trainer, None, None, None, i)
+        callback.step_end(trainer, trainer.global_step, None, None)
     callback.on_fit_end(trainer, None)
     wall, seconds, again = goodput.summed(second.records())
     assert again == 2 and seconds["steps trained again"] == 2.0 and seconds["training"] == 6.0 + 2.0
@@ -233,10 +233,10 @@ def test_the_ledgers_write_holds_no_step_and_one_that_fails_is_said_once_and_ret
     trainer = SimpleNamespace(is_global_zero=True, global_step=0, logger=None)
     callback.setup(trainer, None, "fit")
     for i in range(2):  # the first step's write is held; the second's interval passes while it is in flight
-        callback.on_train_batch_start(trainer, None, None, i)
+        callback.step_start(trainer, i)
         clock.now += goodput_file.EVERY_S
         trainer.global_step += 1
-        callback.on_train_batch_end(trainer, None, None, None, i)
+        callback.step_end(trainer, trainer.global_step, None, None)
     release.set()
     callback.on_fit_end(trainer, None)
     assert calls == ["goodput-ledger", "goodput-ledger"]  # the held one, then the fit's end's
@@ -267,10 +267,10 @@ def test_a_checkpoints_mistyped_records_are_ignored_in_one_line_and_the_fit_ends
     callback.setup(trainer, None, "fit")
     callback.load_state_dict({"records": [{"id": "a", "wall": "12", "seconds": {}, "step": 4}]})
     callback.on_train_start(trainer, None)
-    callback.on_train_batch_start(trainer, None, None, 0)
+    callback.step_start(trainer, 0)
     clock.now += 1.0
     trainer.global_step += 1
-    callback.on_train_batch_end(trainer, None, None, None, 0)
+    callback.step_end(trainer, trainer.global_step, None, None)
     callback.on_fit_end(trainer, None)
     said = capsys.readouterr().out.splitlines()
     assert said[0] == (

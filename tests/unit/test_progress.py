@@ -18,6 +18,7 @@ from torch.utils.data import DataLoader, TensorDataset
 from sagemaker_lightning import lines, progress
 from sagemaker_lightning.lines import METRICS
 from sagemaker_lightning.progress import LogLines
+from sagemaker_lightning.toolbox.concern import Steps
 from sagemaker_lightning.toolbox.lightning_package import made
 
 pytestmark = pytest.mark.unit
@@ -47,12 +48,17 @@ class SlowSteps(BoringModel):
         return DataLoader(TensorDataset(torch.randn(64, 32), torch.zeros(64)), batch_size=4)
 
 
+def stepped(lines: LogLines) -> list:
+    """LogLines with the Steps that calls its step_end, as the hub lists them (toolbox/concern.py)."""
+    return [lines, made(Steps, pytorch_lightning)([lines])]
+
+
 def fit(model, clock: Clock, capsys, max_steps: int = 8) -> list[str]:
     """The progress lines of a fit of `model` (a line every 30 s of `clock`, and every 5 steps)."""
     trainer = pytorch_lightning.Trainer(
         max_steps=max_steps,
         log_every_n_steps=5,
-        callbacks=[made(LogLines, pytorch_lightning)(every_s=30, clock=clock)],
+        callbacks=stepped(made(LogLines, pytorch_lightning)(every_s=30, clock=clock)),
         accelerator="cpu",
         logger=False,
         enable_checkpointing=False,
@@ -180,7 +186,7 @@ def test_a_fit_of_sys_maxsize_steps_on_an_iterable_loader_prints_its_lines(capsy
     clock = Clock()
     trainer = pytorch_lightning.Trainer(
         max_steps=sys.maxsize, max_epochs=1, log_every_n_steps=1, accelerator="cpu", logger=False,
-        callbacks=[made(LogLines, pytorch_lightning)(every_s=30, clock=clock)], enable_checkpointing=False,
+        callbacks=stepped(made(LogLines, pytorch_lightning)(every_s=30, clock=clock)), enable_checkpointing=False,
         enable_progress_bar=False, enable_model_summary=False,
     )  # fmt: skip
     trainer.fit(Endless(clock))

@@ -136,10 +136,10 @@ class LastCheckpoint:
         if trainer.is_global_zero and (line := self.interval.line()):
             say(line)
 
-    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+    def step_end(self, trainer, step, outputs, batch):  # toolbox/concern.py's Steps calls it
         if self.io:
             self.io.announce()
-        step, interval = trainer.global_step, self.interval
+        interval = self.interval
         if interval.steps is None:  # rank 0's measured interval, the same on every rank
             agreed = functools.partial(trainer.strategy.broadcast, src=0)
             if interval.measure(step, time.monotonic(), agreed) and trainer.is_global_zero:

@@ -47,7 +47,7 @@ from sagemaker_lightning.lines import say
 from sagemaker_lightning.parallel import lr_scaling, strategy
 from sagemaker_lightning.stop import agreement, process
 from sagemaker_lightning.toolbox import lightning_package, redact
-from sagemaker_lightning.toolbox.concern import CallbackOrder, Context, joined, listed
+from sagemaker_lightning.toolbox.concern import CallbackOrder, Context, Steps, joined, listed
 from sagemaker_lightning.toolbox.status import Status
 from sagemaker_lightning.tracking import tensorboard, tracker
 
@@ -201,6 +201,8 @@ class LightningCLI:
             parts.append(concern(ctx))
             ctx.arguments.update(parts[-1].arguments)
         whole = joined(parts)
+        steps = lightning_package.made(Steps, self.pl)([*whole.callbacks, *whole.after_checkpoints])
+        whole.after_checkpoints += [steps] if steps.starts or steps.ends else []  # last: after every checkpoint's save
         order = (
             [lightning_package.made(CallbackOrder, self.pl)(whole.after_checkpoints)] if whole.after_checkpoints else []
         )

@@ -46,7 +46,7 @@ class ResumableEpoch:
     drop_last = False  # a DataLoader's own: its last incomplete batch dropped
     _resume: tuple[int, int] | None = None  # (epoch, batches handed out) from the checkpoint: set by load_state_dict
     resumed: tuple[int, int] | None = None  # (epoch, batches of this shape) after a resume with another shape
-    _counted: tuple[int, int] = (-1, 0)  # (epoch, batches handed out in it) of the epoch iterated last
+    _counted: tuple[int, int] | list[int] = (-1, 0)  # (epoch, batches handed out in it) of the epoch iterated last
 
     def shape(self) -> dict:
         """What a position in the epoch is counted in, saved with it: a resume with another compares them."""
@@ -88,7 +88,8 @@ class ResumableEpoch:
         """This epoch's batches, `batches(skip)` giving them from the first not skipped. Made when the first one is
         asked for, not at iter(): on resume Lightning calls iter() before it sets the epoch."""
         epoch, (start, self._resume) = self.sampler.epoch, (self._resumed_at(), None)
-        self._counted = (epoch, start)
+        # one attribute set an epoch, then counted in place: a DataLoader's __setattr__ is Python's, a cost at each step
+        self._counted = counted = [epoch, start]
         iterator = batches(start)
         for handed_out in itertools.count(start):
             seed_all(hash((self.sampler.seed, epoch, handed_out)))
@@ -96,7 +97,7 @@ class ResumableEpoch:
                 batch = next(iterator)
             except StopIteration:
                 return
-            self._counted = (epoch, handed_out + 1)
+            counted[1] = handed_out + 1
             yield batch
 
 

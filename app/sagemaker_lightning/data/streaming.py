@@ -271,12 +271,12 @@ class StreamingEpochs:
                 loader.restore = False  # a position in another epoch (one Lightning counts as done)
             if not loader.restore:  # the loader adds 1 when the epoch's first batch is asked for
                 loader.current_epoch = trainer.current_epoch
-        if self._seed is None:  # a step pays for the hook below only where data streams (Lightning skips None)
-            self.on_train_batch_start = None
+        if self._seed is None:  # a step pays for step_start only where data streams (concern.py's Steps skips None)
+            self.step_start = None
         else:
-            vars(self).pop("on_train_batch_start", None)
+            vars(self).pop("step_start", None)
 
-    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+    def step_start(self, trainer, batch_idx):
         """What the step draws (dropout) is the same in a resumed run as in the uninterrupted one, as ResumableEpoch
         makes it for the runtime's own loaders: the generators seeded from the dataset's seed, the epoch, the batch."""
         seed_all(hash((self._seed, trainer.current_epoch, batch_idx)))

@@ -82,16 +82,16 @@ class TrainingLoader:
         own = [loader for loader in loaders if not (isinstance(loader, ResumableEpoch) or is_streaming(loader))]
         if own:
             self._seed = int(os.environ.get("PL_GLOBAL_SEED", 0))  # seed_everything's
-            vars(self).pop("on_train_batch_start", None)
-        else:  # a step pays for the hook only where it seeds (Lightning skips None)
-            self.on_train_batch_start = None
+            vars(self).pop("step_start", None)
+        else:  # a step pays for step_start only where it seeds (toolbox/concern.py's Steps skips None)
+            self.step_start = None
         for loader in loaders:
             if (resumed := getattr(loader, "resumed", None)) and resumed[0] == trainer.current_epoch:
                 move(trainer, resumed[1])
             if resumed:
                 loader.resumed = None
 
-    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+    def step_start(self, trainer, batch_idx):
         seed_all(hash((self._seed, trainer.current_epoch, batch_idx)))
 
 

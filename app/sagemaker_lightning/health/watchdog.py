@@ -89,7 +89,7 @@ class Watchdog:
             goodput=self.goodput,
         )
 
-    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+    def step_start(self, trainer, batch_idx):  # toolbox/concern.py's Steps calls it, and step_end
         now = self.clock()
         if self.thread:
             if self.untimed:
@@ -100,9 +100,9 @@ class Watchdog:
             if self.untimed == 1 and self.status.doing is None:  # its first step: no hang however long it compiles
                 self.status.doing = FIRST_STEP
 
-    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+    def step_end(self, trainer, step, outputs, batch):
         if self.thread:
-            self.progress.step = trainer.global_step  # a rank stuck before this step's hooks reports the same one
+            self.progress.step = step  # a rank stuck before this step's hooks reports the same one
             self.progress.since_ns = self.progress.since_ns or time.time_ns()
             if self.status.doing == FIRST_STEP:
                 self.status.doing = None

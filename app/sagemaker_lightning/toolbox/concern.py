@@ -6,7 +6,8 @@ callbacks' order: no concern moves itself or another. A concern declares the run
 Lightning moves every checkpoint callback (ModelCheckpoint) to the end of the list, when the trainer is made and again
 when the model adds callbacks of its own (configure_callbacks). What must come after them (last.ckpt, saved once the
 best checkpoint is chosen; the MLflow run's end, after a stop's checkpoint) is a Part's `after_checkpoints`: the hub's
-CallbackOrder puts those after every checkpoint callback, in the hub's order, when a fit sets up.
+CallbackOrder puts those after every checkpoint callback, in the hub's order, when a fit sets up. A callback's work at
+every training step is its step_start and step_end, which one callback (Steps) calls for all, after every other.
 
     python -c "from sagemaker_lightning.toolbox.concern import Part; print(Part())"
 """
@@ -84,6 +85,38 @@ class CallbackOrder:
     def setup(self, trainer, pl_module, stage):
         # a new list, not an in-place move: Lightning is iterating over the old one to call this hook
         trainer.callbacks = [c for c in trainer.callbacks if all(c is not x for x in self.last)] + self.last
+
+
+class Steps:
+    """The concerns' per-step work, from one callback after all others, in the hub's order: each callback's
+    `step_start(trainer, batch_idx)` before a training step and `step_end(trainer, step, outputs, batch)` after it,
+    unless None (a callback that works only in some runs sets it None for the others). Lightning's own call of a hook
+    costs about 15,000 instructions (its profiler's context, the hook's name built), the hook's work aside: six of
+    them a step made up a quarter of the runtime's cost over Lightning's own loop (scripts/bench_overhead.py
+    --instructions). The trainer's step is read once for every step_end."""
+
+    BASE = "callbacks.Callback"
+
+    def __init__(self, callbacks: list):
+        self.starts = [c for c in callbacks if hasattr(c, "step_start")]
+        self.ends = [c for c in callbacks if hasattr(c, "step_end")]
+
+    def on_train_start(self, trainer, pl_module):
+        """Those the trainer still has: a script may take one out of its list (scripts/throughput.py)."""
+        self.starts, self.ends = (
+            [c for c in kept if any(c is t for t in trainer.callbacks)] for kept in (self.starts, self.ends)
+        )
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        for callback in self.starts:
+            if (start := callback.step_start) is not None:
+                start(trainer, batch_idx)
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        step = trainer.global_step
+        for callback in self.ends:
+            if (end := callback.step_end) is not None:
+                end(trainer, step, outputs, batch)
 
 
 def listed(value) -> list:

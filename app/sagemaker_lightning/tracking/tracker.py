@@ -163,8 +163,8 @@ class Tracker:
     def on_train_start(self, trainer, pl_module):
         self._since = (time.monotonic(), trainer.global_step)  # images/s from here, as the progress lines count it
 
-    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
-        step, n = trainer.global_step, trainer.log_every_n_steps
+    def step_end(self, trainer, step, outputs, batch):  # toolbox/concern.py's Steps calls it
+        n = trainer.log_every_n_steps
         if self.run is None or not (step == 1 or (n and step % n == 0)):
             return
         from sagemaker_lightning.progress import loss, rate

@@ -20,6 +20,7 @@ import torch
 from sagemaker_lightning.checkpoints import writer as background
 from sagemaker_lightning.checkpoints.io import BackgroundCheckpointIO
 from sagemaker_lightning.failure import UserError
+from sagemaker_lightning.toolbox.concern import Steps
 from sagemaker_lightning.toolbox.lightning_package import made
 
 pytestmark = pytest.mark.unit
@@ -158,7 +159,11 @@ def test_the_partial_files_of_writes_a_kill_cut_short_are_removed_at_the_start(t
     best = pytorch_lightning.callbacks.ModelCheckpoint(dirpath=tmp_path, save_top_k=0)
     last = made(LastCheckpoint, pytorch_lightning)(0, best)
     trainer = pytorch_lightning.Trainer(
-        callbacks=[best, last], max_steps=1, logger=False, enable_progress_bar=False, enable_model_summary=False
+        callbacks=[best, last, made(Steps, pytorch_lightning)([last])],
+        max_steps=1,
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
     )
     trainer.fit(BoringModel())
     assert sorted(os.listdir(tmp_path)) == ["last.ckpt", "notes.txt"]
@@ -192,7 +197,7 @@ def test_modelcheckpoints_version_counter_names_no_file_still_being_written(tmp_
     io = made(BackgroundCheckpointIO, pytorch_lightning)()
     last = made(LastCheckpoint, pytorch_lightning)(0, best, io=io)
     trainer = pytorch_lightning.Trainer(
-        callbacks=[best, last], plugins=[io], max_steps=3, limit_val_batches=0, logger=False,
+        callbacks=[best, last, made(Steps, pytorch_lightning)([last])], plugins=[io], max_steps=3, limit_val_batches=0, logger=False,
         enable_progress_bar=False, enable_model_summary=False,
     )  # fmt: skip
     trainer.fit(Improving())

@@ -29,6 +29,7 @@ from sagemaker_lightning.checkpoints.last import LastCheckpoint
 from sagemaker_lightning.failure import UserError
 from sagemaker_lightning.parallel import fsdp, fsdp_sharding
 from sagemaker_lightning.toolbox import location
+from sagemaker_lightning.toolbox.concern import Steps
 from sagemaker_lightning.toolbox.lightning_package import made
 
 pytestmark = pytest.mark.unit
@@ -161,7 +162,7 @@ def fit(tmp_path, model, steps: int, **checkpoint):
     )
     trainer = PL.Trainer(
         max_steps=steps,
-        callbacks=[top, made(LastCheckpoint, PL)(1, top, resume_point=point)],
+        callbacks=[top, last := made(LastCheckpoint, PL)(1, top, resume_point=point), made(Steps, PL)([last])],
         plugins=[made(io.BackgroundCheckpointIO, PL)(resume_point=point)],
         limit_val_batches=0,
         logger=False,

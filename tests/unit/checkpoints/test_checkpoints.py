@@ -15,7 +15,7 @@ from sagemaker_lightning.checkpoints import atomic, interval, resume
 from sagemaker_lightning.checkpoints import io as checkpoint_io
 from sagemaker_lightning.checkpoints import last as last_checkpoint
 from sagemaker_lightning.failure import UserError
-from sagemaker_lightning.toolbox.concern import CallbackOrder
+from sagemaker_lightning.toolbox.concern import CallbackOrder, Steps
 from sagemaker_lightning.toolbox.lightning_package import made
 
 pytestmark = pytest.mark.unit
@@ -89,7 +89,7 @@ def test_where_no_sigterm_arrives_last_ckpt_comes_by_measured_steps(tmp_path, ca
     (here, tiny steps: many), the same on every rank, and rank 0 names the bound."""
     model_checkpoint = pytorch_lightning.callbacks.ModelCheckpoint(dirpath=str(tmp_path))
     last = made(last_checkpoint.LastCheckpoint, pytorch_lightning)(None, model_checkpoint, unprotected="PID 1 is bash")
-    trainer = quiet_trainer([model_checkpoint, last], max_steps=6)
+    trainer = quiet_trainer([model_checkpoint, last, made(Steps, pytorch_lightning)([last])], max_steps=6)
     trainer.fit(BoringModel())
     assert last.interval.steps > 6  # a minute of these steps is many more than 6
     out = capsys.readouterr().out
@@ -104,7 +104,7 @@ def test_a_first_save_slower_than_the_stop_s_grace_is_said_once(tmp_path, capsys
     model_checkpoint = pytorch_lightning.callbacks.ModelCheckpoint(dirpath=str(tmp_path))
     last = made(last_checkpoint.LastCheckpoint, pytorch_lightning)(2, model_checkpoint, grace_s=5.5)
     last.clock = lambda: float(next(clock))
-    trainer = pytorch_lightning.Trainer(max_steps=6, callbacks=[model_checkpoint, last], logger=False,
+    trainer = pytorch_lightning.Trainer(max_steps=6, callbacks=[model_checkpoint, last, made(Steps, pytorch_lightning)([last])], logger=False,
                                         enable_progress_bar=False, enable_model_summary=False)  # fmt: skip
     trainer.fit(BoringModel())
     out = capsys.readouterr().out
@@ -136,8 +136,9 @@ def test_last_checkpoint_saved_before_a_validation_names_the_best_after_it(tmp_p
     best = pytorch_lightning.callbacks.ModelCheckpoint(dirpath=tmp_path, monitor="val/acc", mode="max", save_top_k=1)
     last = made(last_checkpoint.LastCheckpoint, pytorch_lightning)(2, best)
     # LastCheckpoint before the ModelCheckpoint, as in the CLI's list, put after it at setup (toolbox/concern.py)
-    order = made(CallbackOrder, pytorch_lightning)([last])
-    trainer = quiet_trainer([order, last, best], max_steps=4, val_check_interval=2, limit_val_batches=1)
+    steps = made(Steps, pytorch_lightning)([last])
+    order = made(CallbackOrder, pytorch_lightning)([last, steps])
+    trainer = quiet_trainer([order, last, steps, best], max_steps=4, val_check_interval=2, limit_val_batches=1)
     trainer.fit(Improving(), data, data)
     saved = torch.load(tmp_path / "last.ckpt", weights_only=False)
     (state,) = (v for k, v in saved["callbacks"].items() if k.startswith("ModelCheckpoint"))
@@ -187,7 +188,12 @@ def test_last_ckpt_at_an_epochs_end_holds_that_epochs_top_k_update(tmp_path):
     it exported the final weights, and kept the file the best should have replaced)."""
     model_checkpoint = pytorch_lightning.callbacks.ModelCheckpoint(dirpath=str(tmp_path), monitor="loss", save_top_k=1)
     last = made(last_checkpoint.LastCheckpoint, pytorch_lightning)(0, model_checkpoint)
-    trainer = quiet_trainer([model_checkpoint, last], max_epochs=2, limit_train_batches=2, limit_val_batches=1)
+    trainer = quiet_trainer(
+        [model_checkpoint, last, made(Steps, pytorch_lightning)([last])],
+        max_epochs=2,
+        limit_train_batches=2,
+        limit_val_batches=1,
+    )
     trainer.fit(Learning())
     saved = torch.load(tmp_path / "last.ckpt", weights_only=False)["callbacks"][model_checkpoint.state_key]
     assert (

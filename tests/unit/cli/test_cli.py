@@ -240,6 +240,26 @@ def test_on_sagemaker_the_projects_own_model_checkpoint_gets_the_jobs_directory(
     assert own.dirpath == str(tmp_path / "checkpoints")  # the directory SageMaker syncs, which a restart resumes from
 
 
+def test_in_a_job_one_callback_calls_the_runtimes_work_at_every_step(on_sagemaker, tmp_path, monkeypatch):
+    """Lightning calls none of the runtime's callbacks at a training step: Steps, the last callback, calls their work,
+    in the hub's order; LastCheckpoint's and Goodput's after every checkpoint callback's save."""
+    from lightning.pytorch.demos.boring_classes import BoringModel
+
+    from sagemaker_lightning import LightningCLI
+    from sagemaker_lightning.toolbox.concern import CallbackOrder, Steps
+
+    monkeypatch.setitem(os.environ, "SAGEMAKER_BASE_DIR", str(tmp_path))
+    cli = LightningCLI(BoringModel, args=["--trainer.accelerator=cpu", "--trainer.logger=false"], run=False)
+    (order,) = [c for c in cli.trainer.callbacks if isinstance(c, CallbackOrder)]
+    order.setup(cli.trainer, cli.model, "fit")  # the after_checkpoints last, as when a fit sets up
+    *others, steps = cli.trainer.callbacks
+    assert isinstance(steps, Steps) and type(others[-3]).__name__ == "ModelCheckpoint"
+    assert [type(c).__name__ for c in steps.starts] == ["StreamingEpochs", "TrainingLoader", "Watchdog", "Goodput"]
+    assert [type(c).__name__ for c in steps.ends] == ["LogLines", "Watchdog", "LastCheckpoint", "Goodput"]
+    runtimes = [c for c in others if type(c).__module__.startswith("sagemaker_lightning")]
+    assert all(c.on_train_batch_start is None and c.on_train_batch_end is None for c in runtimes)
+
+
 def test_a_bad_host_list_fails_in_one_line(as_script, tmp_path, monkeypatch, capsys):
     """The launch plan is made when the CLI starts, after its excepthook: a bad SM_HOSTS is the one line too."""
     job = {"SM_HOSTS": '["localhost","localhost"]', "SM_CURRENT_HOST": "localhost", "SM_OUTPUT_DIR": str(tmp_path)}

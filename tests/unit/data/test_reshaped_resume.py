@@ -15,6 +15,7 @@ from torch.utils.data import Dataset, DistributedSampler
 
 from sagemaker_lightning.data.resumable import ResumableDataLoader, continued
 from sagemaker_lightning.data.training_loader import TrainingLoader
+from sagemaker_lightning.toolbox.concern import Steps
 from sagemaker_lightning.toolbox.lightning_package import made
 
 pytestmark = pytest.mark.unit
@@ -70,7 +71,7 @@ def fit(batch_size: int, tmp_path, ckpt_path=None) -> Recorder:
     killed = [] if ckpt_path else [SaveThenKill(tmp_path / "last.ckpt")]
     trainer = pl.Trainer(
         max_epochs=1, accelerator="cpu", devices=1, logger=False, enable_checkpointing=False,
-        enable_progress_bar=False, enable_model_summary=False, callbacks=[made(TrainingLoader, pl)(), *killed],
+        enable_progress_bar=False, enable_model_summary=False, callbacks=[loader := made(TrainingLoader, pl)(), made(Steps, pl)([loader]), *killed],
     )  # fmt: skip
     try:
         trainer.fit(model, ckpt_path=ckpt_path)

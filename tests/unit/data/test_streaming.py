@@ -148,7 +148,7 @@ def test_a_directory_without_an_optimized_dataset_is_one_line(tmp_path, optimize
 
 
 def test_a_step_pays_for_the_seeding_hook_only_where_data_streams(optimized, tmp_path):
-    """Lightning skips a hook that is None: a job whose training data does not stream calls nothing more per step."""
+    """Steps skips a step_start that is None: a job whose training data does not stream calls nothing more per step."""
     from types import SimpleNamespace
 
     def trainer(*loaders):
@@ -157,10 +157,10 @@ def test_a_step_pays_for_the_seeding_hook_only_where_data_streams(optimized, tmp
 
     callback = streaming.StreamingEpochs(None)
     callback.on_train_epoch_start(trainer(object()), None)
-    assert callback.on_train_batch_start is None
+    assert callback.step_start is None
     streamed = loader(optimized, tmp_path, dataset={"seed": 5})
     callback.on_train_epoch_start(trainer(streamed), None)
-    assert callable(callback.on_train_batch_start) and callback._seed == 5
+    assert callable(callback.step_start) and callback._seed == 5
     assert streamed.current_epoch == 3  # the trainer's: the loader adds 1 when the epoch's first batch is asked for
 
 

@@ -97,8 +97,8 @@ def job(monkeypatch):
 def steps(wd, *numbers: int) -> None:
     """Rank `wd`'s training steps `numbers` start and end (in this process: its busy mark too)."""
     for n in numbers:
-        wd.on_train_batch_start(None, None, None, n)
-        wd.on_train_batch_end(SimpleNamespace(global_step=n + 1), None, None, None, n)
+        wd.step_start(None, n)
+        wd.step_end(None, n + 1, None, None)
 
 
 @pytest.mark.parametrize("step_s", [1.0, 20.0])
@@ -112,7 +112,7 @@ def test_the_derived_timeout_is_ten_median_steps_and_at_least_the_floor(job, ste
     for batch in range(1, 4):
         steps(wd, batch)
         job.advance(step_s)
-    wd.on_train_batch_start(None, None, None, 4)
+    wd.step_start(None, 4)
     limit = max(watchdog.FLOOR_S, watchdog.TIMES_MEDIAN * step_s)  # 120 s, 200 s
     job.advance(limit - 1)
     wd.judge.tick()  # just within it
@@ -130,20 +130,20 @@ def test_a_hang_in_the_first_steps_ends_after_the_floor_and_a_first_step_that_co
     zero, one = job.rank(0, entries=[], given=None), job.rank(1, entries=entries, given=None)
     steps(one, 0)  # rank 1's first step is done; it waits in the all-reduce of rank 0's first step
     entries.append(job.entry(1, 0, retired=False))
-    zero.on_train_batch_start(None, None, None, 0)
+    zero.step_start(None, 0)
     assert zero.status.doing == watchdog.FIRST_STEP
     for _ in range(int(3 * watchdog.FLOOR_S / heartbeats.PERIOD_S)):
         job.advance(heartbeats.PERIOD_S)
         zero.judge.tick()
         one.judge.tick()  # no line: rank 0 is busy
     entries[-1]["retired"] = True  # rank 0's first step ends; a second one, quick, on both
-    zero.on_train_batch_end(SimpleNamespace(global_step=1), None, None, None, 0)
+    zero.step_end(None, 1, None, None)
     assert zero.status.doing is None
     steps(zero, 1)
     steps(one, 1)
     job.advance(1.0)
-    zero.on_train_batch_start(None, None, None, 2)
-    one.on_train_batch_start(None, None, None, 2)
+    zero.step_start(None, 2)
+    one.step_start(None, 2)
     zero.judge.tick()  # rank 0's last heartbeat: SIGSTOP
     entries.append(job.entry(2, 0, retired=False))  # rank 1 waits in step 2's all-reduce
     ticks = 0
@@ -368,7 +368,7 @@ def test_rank_zeros_hang_line_ends_with_the_goodput_so_far(job):
     attempt.ledger.spent("start-up", 20.0)
     attempt.training, wd.judge.goodput = True, attempt
     steps(wd, 0, 1)
-    wd.on_train_batch_start(None, None, None, 2)
+    wd.step_start(None, 2)
     job.advance(LIMIT + 1)
     with pytest.raises(Ended) as ended:
         wd.judge.tick()

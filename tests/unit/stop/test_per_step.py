@@ -1,7 +1,8 @@
 """What the runtime does at every training step, kept cheap (scripts/bench_overhead.py measures it) without losing
 what it is for: the stop agreement (agreement.StopTogether) between two real gloo processes, at training steps and in a
 validation whose ranks run different numbers of batches, the per-batch seeding (resumable.seed_all), and the hooks
-Lightning need not call (lightning_package.made).
+Lightning need not call (lightning_package.made), and the one callback that calls the runtime's work at every step
+(concern.Steps).
 
     .venv/bin/pytest tests/unit/stop/test_per_step.py
 """
@@ -30,6 +31,7 @@ from sagemaker_lightning.data import resumable
 from sagemaker_lightning.progress import LogLines
 from sagemaker_lightning.stop.agreement import StopTogether
 from sagemaker_lightning.toolbox import lightning_package
+from sagemaker_lightning.toolbox.concern import Steps
 
 pytestmark = pytest.mark.unit
 
@@ -272,8 +274,42 @@ def test_seed_all_makes_each_generator_repeat_its_draws():
 
 def test_callbacks_leave_out_the_hooks_they_do_not_define():
     """Lightning calls each hook of each callback at every step unless it is None; the hooks a callback defines, and
-    those Lightning calls without that check, stay."""
+    those Lightning calls without that check, stay. A step's work is not a hook: Steps calls it (next test)."""
     made = lightning_package.made(LogLines, pytorch_lightning)()
-    assert made.on_before_backward is None and made.on_validation_batch_end is None
-    assert callable(made.on_train_batch_end) and callable(made.on_train_start)
+    assert made.on_before_backward is None and made.on_validation_batch_end is None and made.on_train_batch_end is None
+    assert callable(made.step_end) and callable(made.on_train_start)
     assert callable(made.on_save_checkpoint) and callable(made.on_load_checkpoint) and callable(made.state_dict)
+
+
+class Worker:
+    """A concern's callback with work at every step, which records it."""
+
+    BASE = "callbacks.Callback"
+
+    def __init__(self, name: str, calls: list):
+        self.name, self.calls = name, calls
+
+    def step_start(self, trainer, batch_idx):
+        self.calls.append((self.name, "start", batch_idx))
+
+    def step_end(self, trainer, step, outputs, batch):
+        self.calls.append((self.name, "end", step, float(outputs["loss"])))
+
+
+def test_one_callback_calls_each_callbacks_work_at_every_step_in_order():
+    """Steps calls step_start before each training step and step_end after it with the trainer's step and the step's
+    outputs, in its list's order; it skips one set to None (a callback that works only in some runs) and one the
+    trainer no longer has (a script took it out)."""
+    calls: list = []
+    a, b, gone = (lightning_package.made(Worker, pytorch_lightning)(name, calls) for name in "ab-")
+    b.step_start = None
+    steps = lightning_package.made(Steps, pytorch_lightning)([a, b, gone])
+    trainer = pytorch_lightning.Trainer(
+        max_steps=2, callbacks=[a, b, gone, steps], logger=False, enable_checkpointing=False,
+        enable_progress_bar=False, enable_model_summary=False, limit_val_batches=0,
+    )  # fmt: skip
+    trainer.callbacks.remove(gone)
+    trainer.fit(BoringModel())
+    losses = [c[3] for c in calls if c[:2] == ("a", "end")]
+    assert calls == [("a", "start", 0), ("a", "end", 1, losses[0]), ("b", "end", 1, losses[0]),
+                     ("a", "start", 1), ("a", "end", 2, losses[1]), ("b", "end", 2, losses[1])]  # fmt: skip
