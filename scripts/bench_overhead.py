@@ -4,21 +4,25 @@ job (the SM_* variables set), on 1 process and on 2 (Lightning's process launche
 processes with one intra-op thread each (`--threads`), the runs of each setup interleaved. Timed from step
 `--warmup` to the last step on rank 0; what is left is the fixed work per step: Lightning's loop, the data loader,
 and the runtime's callbacks and resumable loader. `--profile` adds a run of each under Lightning's SimpleProfiler
-and prints µs per step of each callback's per-step hooks (the profiler's own few µs per hook included) and of
-fetching a batch. With `--accelerator gpu` the model trains on the GPU, one process per GPU. `--instructions`
+and prints µs per step of each callback's per-step hooks (the profiler's own few µs per hook included; the runtime's
+all under Steps, which calls them) and of fetching a batch. With `--accelerator gpu` the model trains on the GPU, one process per GPU. `--instructions`
 counts instead of timing: the instructions per step of rank 0's main thread under valgrind's callgrind, each CLI
 run at two lengths and differenced so that start-up cancels out; a count does not move with the machine's load, as
 its time does (±10 % between runs on a shared 2-core machine). The threads beside the steps are left out: their work
 is paced by the clock (the goodput file's write every 30 s, the watchdog's beat every 2 s), which valgrind does not
-slow as it slows the steps (about 50-fold), so they would be counted far too often. The last line is machine-readable:
+slow as it slows the steps (about 50-fold), so they would be counted far too often. `--paired` times one process
+of each CLI at once, each on a core of its own, and takes the median of the pairs' ratios. The last line is
+machine-readable:
   bench-overhead: p1_lightning=<steps/s> p1_runtime=<steps/s> p1_ratio=<x> p2_lightning=... p2_ratio=<y>
-  (--instructions: p1_lightning_instructions=<per step> p1_runtime_instructions=... p1_instructions_ratio=<x>)
+  (--instructions: p1_lightning_instructions=<per step> p1_runtime_instructions=... p1_instructions_ratio=<x>;
+  --paired: p1_paired_ratio=<x>)
 
     python scripts/bench_overhead.py                    # 1 and 2 processes, 5 runs each: about 6 minutes on 2 cores
     python scripts/bench_overhead.py --processes 2 --repeat 5 --profile
     python scripts/bench_overhead.py --accelerator gpu --processes 1   # on a GPU, one process per GPU (NCCL)
     python scripts/bench_overhead.py --mlflow http://127.0.0.1:5000 --profile   # and tracking's cost (an `mlflow server`)
     python scripts/bench_overhead.py --processes 1 --instructions   # needs valgrind: about 9 minutes on 2 cores
+    python scripts/bench_overhead.py --processes 1 --paired --repeat 6   # pairs at once: about 2 minutes
 """
 
 import argparse
@@ -41,78 +45,9 @@ ROOT = os.path.dirname(HERE)
 CLIS = ("lightning", "runtime")
 # --instructions: the two lengths each CLI runs, under callgrind (about 50 ms a step on 2 Xeon cores)
 COUNTED_STEPS = (300, 1300)
-
-
-def child(cli: str, out: str) -> None:
-    """One training run, in this process (and in the processes Lightning's launcher starts for local ranks 1.., with
-    the same command line and environment): the CLI's arguments are the command line's."""
-    import lightning.pytorch as L
-    import torch
-    from torch.utils.data import DataLoader, TensorDataset
-
-    class Tiny(L.LightningModule):
-        def __init__(self, steps: int = 2150, warmup: int = 100, batch_size: int = 32):
-            """
-            Args:
-                steps: training steps of each process (one epoch).
-                warmup: steps before the timing starts.
-                batch_size: samples per step and process.
-            """
-            super().__init__()
-            self.save_hyperparameters()
-            self.net = torch.nn.Sequential(torch.nn.Linear(4, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2))
-
-        def train_dataloader(self):
-            n = self.hparams.steps * self.hparams.batch_size * self.trainer.world_size
-            data = TensorDataset(torch.randn(n, 4), torch.randint(0, 2, (n,)))
-            return DataLoader(data, batch_size=self.hparams.batch_size, shuffle=True)
-
-        def training_step(self, batch, batch_idx):
-            x, y = batch
-            return torch.nn.functional.cross_entropy(self.net(x), y)
-
-        def configure_optimizers(self):
-            return torch.optim.SGD(self.parameters(), lr=0.01)
-
-        def on_train_batch_end(self, outputs, batch, batch_idx):
-            # the window ends at the last step's end: the epoch's end after it (each CLI's checkpoint save, 0.1-0.2 s
-            # here, which cProfile puts at 0.1 ms a step of the window) is no step's cost
-            if self.trainer.global_step in (self.hparams.warmup, self.hparams.steps):
-                self.timed = [*getattr(self, "timed", ()), (time.perf_counter(), time.process_time())]
-
-        def on_train_end(self):
-            if self.trainer.is_global_zero:
-                steps = self.trainer.global_step - self.hparams.warmup
-                (wall0, cpu0), (wall1, cpu1) = self.timed
-                result = {"steps_per_s": steps / (wall1 - wall0), "cpu_us_per_step": (cpu1 - cpu0) / steps * 1e6}
-                if profile:
-                    result["hooks"] = hook_costs(self.trainer)
-                with open(out, "w") as f:
-                    json.dump(result, f)
-
-    if cli == "lightning":
-        from lightning.pytorch.cli import LightningCLI
-    else:  # "runtime", "mlflow": the runtime's, the second with a job's MLflow run (MLFLOW_TRACKING_URI)
-        from sagemaker_lightning import LightningCLI
-    profile = "simple" in sys.argv  # --trainer.profiler simple
-    LightningCLI(Tiny, seed_everything_default=0)
-
-
-def hook_costs(trainer) -> dict[str, float]:
-    """µs per step of each callback's per-step hooks (those called at every step; not setup, the epoch's end or its
-    checkpoint) and of fetching a batch, from the SimpleProfiler's records."""
-    steps = trainer.global_step
-    costs: dict[str, float] = {}
-    for action, durations in trainer.profiler.recorded_durations.items():
-        if action.startswith("[Callback]"):
-            name = action.removeprefix("[Callback]").split("{")[0].split(".")[0]  # ModelCheckpoint{...}.on_...
-        elif action.endswith("train_dataloader_next"):
-            name = "fetching a batch"
-        else:
-            continue
-        if len(durations) >= steps:
-            costs[name] = costs.get(name, 0.0) + sum(durations) / steps * 1e6
-    return costs
+# --paired: each run's steps, so that the two timed windows overlap for most of their length although the runtime's
+# start-up takes 1-2 s longer
+PAIRED_STEPS = 8150
 
 
 def free_port() -> str:
@@ -121,9 +56,10 @@ def free_port() -> str:
         return str(s.getsockname()[1])
 
 
-def run(cli: str, processes: int, args: argparse.Namespace, profile: bool = False, counted: bool = False) -> dict:
+def run(cli: str, processes: int, args: argparse.Namespace, profile=False, counted=False, core=None) -> dict:
     """One run in fresh processes, the runtime's as a one-host SageMaker job; what rank 0 measured. counted: rank 0
-    under callgrind, its main thread's instructions in "instructions" (the other ranks run as they are)."""
+    under callgrind, its main thread's instructions in "instructions" (the other ranks run as they are). core: the
+    one CPU its processes run on."""
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "result.json")
         env = {
@@ -148,7 +84,7 @@ def run(cli: str, processes: int, args: argparse.Namespace, profile: bool = Fals
         env.update(BENCH_OVERHEAD_CLI=cli, BENCH_OVERHEAD_OUT=out, OMP_NUM_THREADS=str(args.threads))
         command = [
             sys.executable,
-            os.path.abspath(__file__),
+            os.path.join(HERE, "bench_overhead_run.py"),
             "fit",
             "--trainer.accelerator",
             args.accelerator,
@@ -170,7 +106,10 @@ def run(cli: str, processes: int, args: argparse.Namespace, profile: bool = Fals
                 f"--callgrind-out-file={counts}",
                 *command,
             ]
-        done = subprocess.run(command, cwd=tmp, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        pinned = (lambda: os.sched_setaffinity(0, {core})) if core is not None else None
+        done = subprocess.run(
+            command, cwd=tmp, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, preexec_fn=pinned
+        )
         if done.returncode != 0 or not os.path.exists(out):
             tail = "\n".join(done.stdout.splitlines()[-20:])
             raise SystemExit(f"error: the {cli} run on {processes} processes failed (exit {done.returncode}):\n{tail}")
@@ -201,6 +140,20 @@ def instructions(clis, processes: int, args: argparse.Namespace) -> dict[str, fl
     }
 
 
+def paired(args: argparse.Namespace) -> list[tuple[float, float]]:
+    """(Lightning's, the runtime's) steps/s of each round, in which the two train at once, one process each, each on a
+    core of its own: which core and which starts first swap each round. Whatever the machine does meanwhile slows both
+    (its speed drifts by ±10 % between runs here), so their ratio holds where separate runs' medians do not."""
+    cores, rounds = sorted(os.sched_getaffinity(0))[:2], []
+    long = argparse.Namespace(**{**vars(args), "steps": PAIRED_STEPS})
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        for i in range(args.repeat):
+            order = CLIS[::-1] if i % 2 else CLIS
+            runs = {cli: pool.submit(run, cli, 1, long, core=cores[(j + i) % 2]) for j, cli in enumerate(order)}
+            rounds.append(tuple(runs[cli].result()["steps_per_s"] for cli in CLIS))
+    return rounds
+
+
 def versions(accelerator: str) -> str:
     import lightning
     import torch
@@ -211,9 +164,6 @@ def versions(accelerator: str) -> str:
 
 
 def main() -> int:
-    if cli := os.environ.get("BENCH_OVERHEAD_CLI"):  # a run's process (run())
-        child(cli, os.environ["BENCH_OVERHEAD_OUT"])
-        return 0
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--processes", type=int, nargs="+", default=[1, 2], help="process counts to measure")
     parser.add_argument("--repeat", type=int, default=5, help="runs of each setup; their median counts")
@@ -233,7 +183,12 @@ def main() -> int:
     parser.add_argument(
         "--instructions", action="store_true", help="count rank 0's instructions per step (valgrind) instead of timing"
     )
+    parser.add_argument(
+        "--paired", action="store_true", help="one process: the two CLIs at once, a core each, the ratio of each pair"
+    )
     args = parser.parse_args()
+    if args.paired and (args.processes != [1] or len(os.sched_getaffinity(0)) < 2 or args.mlflow or args.instructions):
+        parser.error("--paired runs one process of each CLI at once on two cores: with --processes 1, alone")
     clis = (*CLIS, "mlflow") if args.mlflow else CLIS
     if args.instructions and not shutil.which("valgrind"):
         parser.error("--instructions counts with valgrind, which is not installed here: apt-get install valgrind")
@@ -248,6 +203,14 @@ def main() -> int:
     )
     summary, prefix = [], "gpu_" if args.accelerator == "gpu" else ""
     for processes in args.processes:
+        if args.paired:
+            rounds = paired(args)
+            ratios = [runtime / lightning for lightning, runtime in rounds]
+            for (lightning, runtime), ratio in zip(rounds, ratios, strict=True):
+                print(f"1 process, at once: lightning {lightning:6.1f}, runtime {runtime:6.1f} steps/s: {ratio:.3f}")
+            print(f"1 process, runtime/lightning: median {statistics.median(ratios):.3f} of {len(ratios)} pairs")
+            summary.append(f"{prefix}p1_paired_ratio={statistics.median(ratios):.3f}")
+            continue
         if args.instructions:
             counts = instructions(clis, processes, args)
             for cli in clis:
