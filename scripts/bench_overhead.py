@@ -5,8 +5,8 @@ processes with one intra-op thread each (`--threads`), the runs of each setup in
 `--warmup` to the last step on rank 0; what is left is the fixed work per step: Lightning's loop, the data loader,
 and the runtime's callbacks and resumable loader. `--profile` adds a run of each under Lightning's SimpleProfiler
 and prints µs per step of each callback's per-step hooks (the profiler's own few µs per hook included; the runtime's
-all under Steps, which calls them) and of fetching a batch. With `--accelerator gpu` the model trains on the GPU, one process per GPU. `--instructions`
-counts instead of timing: the instructions per step of rank 0's main thread under valgrind's callgrind, each CLI
+all under Steps, which calls them) and of fetching a batch. With `--accelerator gpu` the model trains on the GPU, one
+process per GPU. `--instructions` counts instead of timing: the instructions per step of rank 0's main thread under valgrind's callgrind, each CLI
 run at two lengths and differenced so that start-up cancels out; a count does not move with the machine's load, as
 its time does (±10 % between runs on a shared 2-core machine). The threads beside the steps are left out: their work
 is paced by the clock (the goodput file's write every 30 s, the watchdog's beat every 2 s), which valgrind does not
