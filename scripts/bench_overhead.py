@@ -1,18 +1,18 @@
-"""The runtime's own cost per training step: a model whose compute is negligible (a 4→16→2 MLP, batch 32, one
-epoch, 32-true, on the CPU), trained by Lightning's own LightningCLI and by the runtime's as a one-host SageMaker
-job (the SM_* variables set), on 1 process and on 2 (Lightning's process launcher, gloo), each run in fresh
-processes with one intra-op thread each (`--threads`), the runs of each setup interleaved. Timed from step
-`--warmup` to the last step on rank 0; what is left is the fixed work per step: Lightning's loop, the data loader,
-and the runtime's callbacks and resumable loader. `--profile` adds a run of each under Lightning's SimpleProfiler
-and prints µs per step of each callback's per-step hooks (the profiler's own few µs per hook included; the runtime's
-all under Steps, which calls them) and of fetching a batch. With `--accelerator gpu` the model trains on the GPU, one
-process per GPU. `--instructions` counts instead of timing: the instructions per step of rank 0's main thread under valgrind's callgrind, each CLI
-run at two lengths and differenced so that start-up cancels out; a count does not move with the machine's load, as
-its time does (±10 % between runs on a shared 2-core machine). The threads beside the steps are left out: their work
-is paced by the clock (the goodput file's write every 30 s, the watchdog's beat every 2 s), which valgrind does not
-slow as it slows the steps (about 50-fold), so they would be counted far too often. `--paired` times one process
-of each CLI at once, each on a core of its own, and takes the median of the pairs' ratios. The last line is
-machine-readable:
+"""The runtime's own cost per training step: a model whose compute is negligible (a 4→16→2 MLP, batch 32, one epoch,
+32-true, on the CPU), trained by Lightning's own LightningCLI and by the runtime's as a one-host SageMaker job (the
+SM_* variables set), on 1 process and on 2 (Lightning's process launcher, gloo), each run in fresh processes with
+one intra-op thread each (`--threads`), the runs of each setup interleaved. Timed from step `--warmup` to the last
+step on rank 0; what is left is the fixed work per step: Lightning's loop, the data loader, and the runtime's
+callbacks and resumable loader. `--profile` adds a run of each under Lightning's SimpleProfiler and prints µs per
+step of each callback's per-step hooks (the profiler's own few µs per hook included; the runtime's all under Steps,
+which calls them) and of fetching a batch. With `--accelerator gpu` the model trains on the GPU, one process per
+GPU. `--instructions` counts instead of timing: the instructions per step of rank 0's main thread under valgrind's
+callgrind, each CLI run at two lengths and differenced so that start-up cancels out; a count does not move with the
+machine's load, as its time does (±10 % between runs on a shared 2-core machine). The threads beside the steps are
+left out: their work is paced by the clock (the goodput file's write every 30 s, the watchdog's beat every 2 s),
+which valgrind does not slow as it slows the steps (about 50-fold), so they would be counted far too often.
+`--paired` times one process of each CLI at once, each on a core of its own, and takes the median of the pairs'
+ratios. The last line is machine-readable:
   bench-overhead: p1_lightning=<steps/s> p1_runtime=<steps/s> p1_ratio=<x> p2_lightning=... p2_ratio=<y>
   (--instructions: p1_lightning_instructions=<per step> p1_runtime_instructions=... p1_instructions_ratio=<x>;
   --paired: p1_paired_ratio=<x>)
