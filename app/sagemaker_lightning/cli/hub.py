@@ -202,7 +202,7 @@ class LightningCLI:
             ctx.arguments.update(parts[-1].arguments)
         whole = joined(parts)
         steps = lightning_package.made(Steps, self.pl)([*whole.callbacks, *whole.after_checkpoints])
-        whole.after_checkpoints += [steps] if steps.starts or steps.ends else []  # last: after every checkpoint's save
+        whole.after_checkpoints += [steps] if steps.callbacks else []  # last: after every checkpoint's save
         order = (
             [lightning_package.made(CallbackOrder, self.pl)(whole.after_checkpoints)] if whole.after_checkpoints else []
         )

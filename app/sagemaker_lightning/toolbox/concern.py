@@ -90,33 +90,40 @@ class CallbackOrder:
 class Steps:
     """The concerns' per-step work, from one callback after all others, in the hub's order: each callback's
     `step_start(trainer, batch_idx)` before a training step and `step_end(trainer, step, outputs, batch)` after it,
-    unless None (a callback that works only in some runs sets it None for the others). Lightning's own call of a hook
-    costs about 15,000 instructions (its profiler's context, the hook's name built), the hook's work aside: six of
-    them a step made up a quarter of the runtime's cost over Lightning's own loop (scripts/bench_overhead.py
-    --instructions). The trainer's step is read once for every step_end."""
+    unless None. A callback that works only in some runs or epochs sets its step_start None, or back, at the start of
+    training or of an epoch (Steps looks after theirs). Lightning's own call of a hook costs about 15,000
+    instructions (its profiler's context, the hook's name built), the hook's work aside: six of them a step made up a
+    quarter of the runtime's cost over Lightning's own loop (scripts/bench_overhead.py --instructions). Where no
+    callback works at a step's start or end, Steps' own hook is None, which Lightning skips. The trainer's step is
+    read once for every step_end."""
 
     BASE = "callbacks.Callback"
 
     def __init__(self, callbacks: list):
-        self.starts = [c for c in callbacks if hasattr(c, "step_start")]
-        self.ends = [c for c in callbacks if hasattr(c, "step_end")]
+        self.callbacks = [c for c in callbacks if hasattr(c, "step_start") or hasattr(c, "step_end")]
 
     def on_train_start(self, trainer, pl_module):
-        """Those the trainer still has: a script may take one out of its list (scripts/throughput.py)."""
-        self.starts, self.ends = (
-            [c for c in kept if any(c is t for t in trainer.callbacks)] for kept in (self.starts, self.ends)
-        )
+        # those the trainer still has: a script may take one out of its list (scripts/throughput.py)
+        self.callbacks = [c for c in self.callbacks if any(c is t for t in trainer.callbacks)]
+        self.on_train_epoch_start(trainer, pl_module)  # Lightning calls it for no epoch resumed mid-way
+
+    def on_train_epoch_start(self, trainer, pl_module):
+        self._starts = [start for c in self.callbacks if (start := getattr(c, "step_start", None)) is not None]
+        self._ends = [end for c in self.callbacks if (end := getattr(c, "step_end", None)) is not None]
+        for hook, calls in (("on_train_batch_start", self._starts), ("on_train_batch_end", self._ends)):
+            if calls:
+                vars(self).pop(hook, None)
+            else:
+                setattr(self, hook, None)
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
-        for callback in self.starts:
-            if (start := callback.step_start) is not None:
-                start(trainer, batch_idx)
+        for start in self._starts:
+            start(trainer, batch_idx)
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         step = trainer.global_step
-        for callback in self.ends:
-            if (end := callback.step_end) is not None:
-                end(trainer, step, outputs, batch)
+        for end in self._ends:
+            end(trainer, step, outputs, batch)
 
 
 def listed(value) -> list:

@@ -254,8 +254,8 @@ def test_in_a_job_one_callback_calls_the_runtimes_work_at_every_step(on_sagemake
     order.setup(cli.trainer, cli.model, "fit")  # the after_checkpoints last, as when a fit sets up
     *others, steps = cli.trainer.callbacks
     assert isinstance(steps, Steps) and type(others[-3]).__name__ == "ModelCheckpoint"
-    assert [type(c).__name__ for c in steps.starts] == ["StreamingEpochs", "TrainingLoader", "Watchdog", "Goodput"]
-    assert [type(c).__name__ for c in steps.ends] == ["LogLines", "Watchdog", "LastCheckpoint", "Goodput"]
+    working = ["LogLines", "StreamingEpochs", "TrainingLoader", "Watchdog", "LastCheckpoint", "Goodput"]
+    assert [type(c).__name__ for c in steps.callbacks] == working
     runtimes = [c for c in others if type(c).__module__.startswith("sagemaker_lightning")]
     assert all(c.on_train_batch_start is None and c.on_train_batch_end is None for c in runtimes)
 

@@ -299,7 +299,7 @@ class Worker:
 def test_one_callback_calls_each_callbacks_work_at_every_step_in_order():
     """Steps calls step_start before each training step and step_end after it with the trainer's step and the step's
     outputs, in its list's order; it skips one set to None (a callback that works only in some runs) and one the
-    trainer no longer has (a script took it out)."""
+    trainer no longer has (a script took it out); where none works at a step's start, Lightning has nothing to call."""
     calls: list = []
     a, b, gone = (lightning_package.made(Worker, pytorch_lightning)(name, calls) for name in "ab-")
     b.step_start = None
@@ -313,3 +313,9 @@ def test_one_callback_calls_each_callbacks_work_at_every_step_in_order():
     losses = [c[3] for c in calls if c[:2] == ("a", "end")]
     assert calls == [("a", "start", 0), ("a", "end", 1, losses[0]), ("b", "end", 1, losses[0]),
                      ("a", "start", 1), ("a", "end", 2, losses[1]), ("b", "end", 2, losses[1])]  # fmt: skip
+    only_b = lightning_package.made(Steps, pytorch_lightning)([b])  # no work at a step's start: Lightning skips it
+    only_b.on_train_start(SimpleNamespace(callbacks=[b]), None)
+    assert only_b.on_train_batch_start is None and callable(only_b.on_train_batch_end)
+    vars(b).pop("step_start")  # set back at an epoch's start, as StreamingEpochs does: called again
+    only_b.on_train_epoch_start(None, None)
+    assert callable(only_b.on_train_batch_start)
