@@ -37,7 +37,7 @@ from sagemaker_lightning import failure, goodput, goodput_callback, progress
 from sagemaker_lightning.boot import collector
 from sagemaker_lightning.checkpoints import concern as checkpoints
 from sagemaker_lightning.checkpoints.layout import MODEL_DIR
-from sagemaker_lightning.cli import arguments, checks, job, precision, quiet, settings
+from sagemaker_lightning.cli import arguments, checks, job, precision, quiet, settings, subcommands
 from sagemaker_lightning.data import training_loader
 from sagemaker_lightning.health import preflight, watchdog
 from sagemaker_lightning.health.heartbeats import PERIOD_S
@@ -95,6 +95,11 @@ class LightningCLI:
         sys.excepthook = functools.partial(self._uncaught, stderr=sys.stderr)
         quiet.install()  # after Lightning's import, whose own filters would otherwise come first
         self.plan = here.plan(os.environ)  # the environment, read once: instantiate_classes completes it (job.py)
+        argv = sys.argv[1:] if kwargs.get("args") is None else kwargs["args"]
+        # in a job, the subcommand it runs where its command line tells (the one parser setup_parser builds)
+        self._runs = (
+            subcommands.run_by_job(argv, self.subcommands(), self.plan.on_sagemaker) if self.plan.in_job else None
+        )
         if self.plan.in_job:  # a process torchrun starts here inherits the start; off a job the environment stays
             os.environ.setdefault(started.STARTED_AT, repr(self.goodput.start))  # as Lightning's own class leaves it
         # the subcommand runs in here: its goodput line is said last, after the process group's end (a second)
@@ -144,6 +149,18 @@ class LightningCLI:
         if self.plan.in_job:
             kwargs.setdefault("exit_on_error", False)  # errors raise, and become one line (failure.py)
         return super().init_parser(**kwargs)
+
+    def setup_parser(self, add_subcommands: bool, main_kwargs: dict, subparser_kwargs: dict) -> None:
+        """Lightning's parser; in a job that runs a subcommand known already, with only that one's parser. Each is the
+        trainer's, the model's, the data's and the optimizers' arguments and the runtime's settings, resolved from
+        their signatures: the three a job does not run were 0.3 s of its start-up (docs/performance.md)."""
+        every = self.subcommands()
+        if add_subcommands and self._runs in every:
+            self.subcommands = lambda: {self._runs: every[self._runs]}  # which parsers Lightning builds
+        try:
+            super().setup_parser(add_subcommands, main_kwargs, subparser_kwargs)
+        finally:
+            vars(self).pop("subcommands", None)
 
     def add_default_arguments_to_parser(self, parser) -> None:
         super().add_default_arguments_to_parser(parser)

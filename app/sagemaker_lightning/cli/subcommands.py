@@ -17,23 +17,38 @@ def _asks_help(argv: list[str]) -> bool:
     return any(t in ("-h", "--help") for t in argv)
 
 
-def options_start(argv: list[str], parser) -> int | None:
-    """Where options go: after the subcommand (its index + 1), at 0 without subcommands, None when the parser has
-    subcommands but argv names none."""
-    if parser._subcommands_action is None:
-        return 0
-    names = parser._subcommands_action.choices  # Lightning's, and a project's own (LightningCLI.subcommands())
+def _named_at(argv: list[str], names) -> int | None:
+    """The index of the subcommand among `names` that argv names, None where it names none."""
     expects_value = False
     for i, token in enumerate(argv):
         if expects_value:
             expects_value = False
         elif token in names:
-            return i + 1
+            return i
         elif token.startswith("-"):
             expects_value = "=" not in token and token not in ("-h", "--help")
         else:
             return None  # a positional that is not a subcommand: the parser says what is wrong
     return None
+
+
+def options_start(argv: list[str], parser) -> int | None:
+    """Where options go: after the subcommand (its index + 1), at 0 without subcommands, None when the parser has
+    subcommands but argv names none."""
+    if parser._subcommands_action is None:
+        return 0
+    at = _named_at(argv, parser._subcommands_action.choices)  # Lightning's, and a project's own (subcommands())
+    return None if at is None else at + 1
+
+
+def run_by_job(argv, names, on_sagemaker: bool) -> str | None:
+    """The subcommand a job's command line runs, known before the parser exists: the one among `names` it names, else
+    fit on SageMaker (arguments.parse); None where only the parser can tell (off SageMaker a configuration file may
+    choose it) or the arguments are not a command line."""
+    if not isinstance(argv, list | tuple):
+        return None
+    at = _named_at(argv, names)
+    return argv[at] if at is not None else "fit" if on_sagemaker else None
 
 
 def implies_fit(argv: list[str], parser) -> bool:

@@ -269,3 +269,28 @@ def test_a_bad_host_list_fails_in_one_line(as_script, tmp_path, monkeypatch, cap
     errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("ERROR: ")]
     assert exit.value.code == 1 and len(errors) == 1 and "names a host twice" in errors[0]
     assert "names a host twice" in (tmp_path / "failure").read_text()
+
+
+@pytest.mark.parametrize(
+    "job, args, built",
+    [
+        (True, [], {"fit"}),  # options only, as SageMaker's launchers start a script: fit
+        (True, ["validate"], {"validate"}),
+        (False, ["fit"], {"fit", "validate", "test", "predict"}),  # off a job, Lightning's parser as it is
+    ],
+)
+def test_a_job_builds_the_parser_of_the_subcommand_it_runs_only(job, args, built, tmp_path, monkeypatch):
+    """Each subcommand's parser resolves the trainer's, model's and data's signatures, a cost of start-up: a job whose
+    command line says which subcommand it runs builds that one's alone."""
+    import lightning.pytorch.cli
+    from lightning.pytorch.demos.boring_classes import BoringModel
+
+    from sagemaker_lightning import LightningCLI
+
+    env = {"SM_HOSTS": '["localhost"]', "SM_CURRENT_HOST": "localhost", "SM_NUM_GPUS": "0"} if job else {}
+    monkeypatch.setattr(os, "environ", {**os.environ, **env, "SM_OUTPUT_DIR": str(tmp_path)})
+    monkeypatch.setattr(signals, "RUN_DIR", str(tmp_path / "run"))
+    monkeypatch.setattr(lightning.pytorch.cli.LightningCLI, "_run_subcommand", lambda self, subcommand: None)
+    cli = LightningCLI(BoringModel, args=[*args, "--trainer.accelerator=cpu", "--trainer.logger=false"])
+    assert set(cli.parser._subcommands_action.choices) == built and cli.subcommand == (args or ["fit"])[0]
+    assert "subcommands" not in vars(cli)  # the class's again (a lambda would not pickle for ddp_spawn)
