@@ -10,6 +10,8 @@ that Lightning's class would refuse for naming no subcommand runs fit; any other
 
 from collections.abc import Mapping
 
+from jsonargparse import ArgumentError
+
 from sagemaker_lightning.cli import subcommands
 from sagemaker_lightning.failure import UserError
 from sagemaker_lightning.launch import hyperparameters
@@ -18,29 +20,43 @@ from sagemaker_lightning.launch.plan import Plan
 DEFAULT_DATA_KEY = "data_dir"  # the data module's argument that receives the data channel, unless data_channels says
 
 
-def parse(parser, argv: list[str], plan: Plan, data_channels: Mapping[str, str] | None):
-    """The configuration `argv` gives in this job, or None where Lightning's own parsing applies."""
+def parse(parser, argv: list[str], plan: Plan, data_channels: Mapping[str, str] | None, subclass_data: bool = True):
+    """The configuration `argv` gives in this job, or None where Lightning's own parsing applies. `subclass_data`: the
+    data module is chosen by class (LightningCLI's subclass_mode_data), so its arguments are under data.init_args."""
     if not plan.on_sagemaker:
         return parser.parse_args(["fit", *argv]) if subcommands.implies_fit(argv, parser) else None
     argv = hyperparameters.merge(argv, plan.hyperparameters)
     position = subcommands.options_start(argv, parser)
     if position is None:  # options only, as SageMaker's launchers start a script: fit
         argv, position = ["fit", *argv], 1
-    given = [f"--{key}={value}" for key, value in plan.settings().items()]
-    config = parser.parse_args(argv[:position] + given + argv[position:])
-    data_key = _data_key(config, plan, data_channels)
-    if data_key and (data_dir := plan.data_dir()):
-        given.append(f"--{data_key}={data_dir}")
-        config = parser.parse_args(argv[:position] + given + argv[position:])
+    head, tail = argv[:position] + [f"--{key}={value}" for key, value in plan.settings().items()], argv[position:]
+    name, tried, failed = _data_name(plan, data_channels), None, None
+    if name and (data_dir := plan.channels.get(plan.data_channel)):
+        # given at once, as where most data modules take it: a parse is 0.1-0.2 s of start-up (docs/performance.md)
+        tried = f"data.init_args.{name}" if subclass_data else f"data.{name}"
+        try:
+            return parser.parse_args([*head, f"--{tried}={data_dir}", *tail])
+        except ArgumentError as e:
+            failed = e  # the data module may not take it: the configuration without it tells
+    config = parser.parse_args(head + tail)  # an error of the command line's own raises here
+    key = _data_key(config, name, plan, data_channels)
+    if failed and key == tried:
+        raise failed  # the data module takes it: the channel's directory was what failed
+    if key and (data_dir := plan.data_dir()):
+        config = parser.parse_args([*head, f"--{key}={data_dir}", *tail])
     return config
 
 
-def _data_key(config, plan: Plan, data_channels: Mapping[str, str] | None) -> str | None:
-    """The configuration key that receives the data channel, when the data module has it."""
+def _data_name(plan: Plan, data_channels: Mapping[str, str] | None) -> str | None:
+    """The data module's argument that receives the data channel, None where no argument does."""
     wanted = data_channels or {plan.data_channel: DEFAULT_DATA_KEY}
-    if plan.data_channel not in wanted:
+    return wanted.get(plan.data_channel)
+
+
+def _data_key(config, name: str | None, plan: Plan, data_channels: Mapping[str, str] | None) -> str | None:
+    """The configuration key of argument `name`, when the data module has it."""
+    if name is None:
         return None
-    name = wanted[plan.data_channel]
     sub = config.get("subcommand")
     for key in (f"data.{name}", f"data.init_args.{name}"):
         if key in (config[sub] if sub else config):

@@ -170,7 +170,7 @@ class LightningCLI:
         if isinstance(args, Mapping) or hasattr(args, "as_dict"):
             return super().parse_arguments(parser, args)  # a structured configuration, as it is given
         argv = list(sys.argv[1:] if args is None else args)
-        if (config := arguments.parse(parser, argv, self.plan, self.data_channels)) is None:
+        if (config := arguments.parse(parser, argv, self.plan, self.data_channels, self.subclass_mode_data)) is None:
             return super().parse_arguments(parser, args)  # Lightning's, as it is
         self.config = config
 

@@ -294,3 +294,32 @@ def test_a_job_builds_the_parser_of_the_subcommand_it_runs_only(job, args, built
     cli = LightningCLI(BoringModel, args=[*args, "--trainer.accelerator=cpu", "--trainer.logger=false"])
     assert set(cli.parser._subcommands_action.choices) == built and cli.subcommand == (args or ["fit"])[0]
     assert "subcommands" not in vars(cli)  # the class's again (a lambda would not pickle for ddp_spawn)
+
+
+@pytest.mark.parametrize("data", ["by class", "plain", "none"])
+def test_the_data_channel_is_given_in_the_one_parse(data, on_sagemaker, tmp_path, monkeypatch, capsys):
+    """A parse is a cost of start-up: the channel goes to the data module's data_dir in the one parse of the command
+    line, under init_args where the module is chosen by class; a module without data_dir needs a second, and says nothing of it."""
+    import lightning.pytorch as lp
+    from jsonargparse import ArgumentParser
+    from lightning.pytorch.demos.boring_classes import BoringModel
+
+    from sagemaker_lightning import LightningCLI
+
+    class Folder(lp.LightningDataModule):
+        def __init__(self, data_dir: str = "unset"):
+            super().__init__()
+            self.data_dir = data_dir
+
+    channel = {"SM_CHANNELS": '["training"]', "SM_CHANNEL_TRAINING": str(tmp_path / "training")}
+    monkeypatch.setattr(os, "environ", {**os.environ, **channel})
+    parses = []
+    parse_args = ArgumentParser.parse_args
+    monkeypatch.setattr(ArgumentParser, "parse_args", lambda self, *a, **k: parses.append(1) or parse_args(self, *a, **k))
+    args = ["--trainer.accelerator=cpu", "--trainer.logger=false"]
+    if data == "by class":
+        cli = build(args)  # the example's: --data picks a data module by class name
+    else:
+        cli = LightningCLI(BoringModel, Folder if data == "plain" else None, args=args, run=False)
+    assert len(parses) == (2 if data == "none" else 1) and "data_dir" not in capsys.readouterr().err
+    assert getattr(cli.datamodule, "data_dir", None) == (None if data == "none" else str(tmp_path / "training"))
