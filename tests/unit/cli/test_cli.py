@@ -15,7 +15,6 @@ from sagemaker_training import environment, mapping
 import train
 from data import CIFAR10DataModule
 from device_data import DeviceCIFAR10DataModule
-from sagemaker_lightning.boot import signals
 from sagemaker_lightning.launch import hyperparameters
 
 pytestmark = pytest.mark.unit
@@ -50,14 +49,6 @@ def as_sagemaker(tmp_path, monkeypatch):
         )
 
     return convert
-
-
-@pytest.fixture
-def on_sagemaker(tmp_path, monkeypatch):
-    """This process as a one-host SageMaker job's (the variables it sets are dropped after the test)."""
-    job = {"SM_HOSTS": '["localhost"]', "SM_CURRENT_HOST": "localhost", "SM_NUM_GPUS": "0"}
-    monkeypatch.setattr(os, "environ", {**os.environ, **job, "SM_OUTPUT_DIR": str(tmp_path)})
-    monkeypatch.setattr(signals, "RUN_DIR", str(tmp_path / "run"))
 
 
 def build(argv):
@@ -269,57 +260,3 @@ def test_a_bad_host_list_fails_in_one_line(as_script, tmp_path, monkeypatch, cap
     errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("ERROR: ")]
     assert exit.value.code == 1 and len(errors) == 1 and "names a host twice" in errors[0]
     assert "names a host twice" in (tmp_path / "failure").read_text()
-
-
-@pytest.mark.parametrize(
-    "job, args, built",
-    [
-        (True, [], {"fit"}),  # options only, as SageMaker's launchers start a script: fit
-        (True, ["validate"], {"validate"}),
-        (False, ["fit"], {"fit", "validate", "test", "predict"}),  # off a job, Lightning's parser as it is
-    ],
-)
-def test_a_job_builds_the_parser_of_the_subcommand_it_runs_only(job, args, built, tmp_path, monkeypatch):
-    """Each subcommand's parser resolves the trainer's, model's and data's signatures, a cost of start-up: a job whose
-    command line says which subcommand it runs builds that one's alone."""
-    import lightning.pytorch.cli
-    from lightning.pytorch.demos.boring_classes import BoringModel
-
-    from sagemaker_lightning import LightningCLI
-
-    env = {"SM_HOSTS": '["localhost"]', "SM_CURRENT_HOST": "localhost", "SM_NUM_GPUS": "0"} if job else {}
-    monkeypatch.setattr(os, "environ", {**os.environ, **env, "SM_OUTPUT_DIR": str(tmp_path)})
-    monkeypatch.setattr(signals, "RUN_DIR", str(tmp_path / "run"))
-    monkeypatch.setattr(lightning.pytorch.cli.LightningCLI, "_run_subcommand", lambda self, subcommand: None)
-    cli = LightningCLI(BoringModel, args=[*args, "--trainer.accelerator=cpu", "--trainer.logger=false"])
-    assert set(cli.parser._subcommands_action.choices) == built and cli.subcommand == (args or ["fit"])[0]
-    assert "subcommands" not in vars(cli)  # the class's again (a lambda would not pickle for ddp_spawn)
-
-
-@pytest.mark.parametrize("data", ["by class", "plain", "none"])
-def test_the_data_channel_is_given_in_the_one_parse(data, on_sagemaker, tmp_path, monkeypatch, capsys):
-    """A parse is a cost of start-up: the channel goes to the data module's data_dir in the one parse of the command
-    line, under init_args where the module is chosen by class; a module without data_dir needs a second, and says nothing of it."""
-    import lightning.pytorch as lp
-    from jsonargparse import ArgumentParser
-    from lightning.pytorch.demos.boring_classes import BoringModel
-
-    from sagemaker_lightning import LightningCLI
-
-    class Folder(lp.LightningDataModule):
-        def __init__(self, data_dir: str = "unset"):
-            super().__init__()
-            self.data_dir = data_dir
-
-    channel = {"SM_CHANNELS": '["training"]', "SM_CHANNEL_TRAINING": str(tmp_path / "training")}
-    monkeypatch.setattr(os, "environ", {**os.environ, **channel})
-    parses = []
-    parse_args = ArgumentParser.parse_args
-    monkeypatch.setattr(ArgumentParser, "parse_args", lambda self, *a, **k: parses.append(1) or parse_args(self, *a, **k))
-    args = ["--trainer.accelerator=cpu", "--trainer.logger=false"]
-    if data == "by class":
-        cli = build(args)  # the example's: --data picks a data module by class name
-    else:
-        cli = LightningCLI(BoringModel, Folder if data == "plain" else None, args=args, run=False)
-    assert len(parses) == (2 if data == "none" else 1) and "data_dir" not in capsys.readouterr().err
-    assert getattr(cli.datamodule, "data_dir", None) == (None if data == "none" else str(tmp_path / "training"))
