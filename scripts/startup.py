@@ -7,6 +7,11 @@ prepare_data and setup run before the pre-flight line), then the first step. Als
 -c pass` in the image (what every Python process there pays before its first line: the start-up hook included).
 
     python scripts/startup.py --image sagemaker-lightning:latest          # make bench-startup
+    python scripts/startup.py --image sagemaker-lightning:before --against sagemaker-lightning:latest --repeat 8
+
+--against: a second image started alternately with the first, which starts first swapped each round, so that the
+machine's drift in speed (±30 % within minutes on shared cores) falls on both alike: each phase's median in both, and
+the median of the pairs' differences.
 """
 
 import argparse
@@ -103,26 +108,52 @@ def bare_python_seconds(image: str, runs: int) -> float:
     return statistics.median(totals)
 
 
+def durations(ends: list[float]) -> list[float]:
+    """Each phase's seconds, from the ends of PHASES in one run."""
+    return [end - start for end, start in zip(ends, [0.0, *ends], strict=False)]
+
+
+def compare(images: list[str], root: str, rounds: int) -> None:
+    """Print each phase's median in both images and the median of the rounds' differences (second minus first)."""
+    runs: dict[str, list[list[float]]] = {image: [] for image in images}
+    for r in range(rounds):
+        for image in images if r % 2 == 0 else images[::-1]:
+            runs[image].append(durations(phase_seconds(image, root)))
+    first, second = (runs[image] for image in images)
+    for image in images:
+        print(f"{image}: runs {', '.join(f'{sum(d):.1f}' for d in runs[image])} s")
+    print(f"  {'phase':<34} {'first':>7} {'second':>7} {'second - first, median of pairs':>34}")
+    for i, (phase, _) in enumerate([*PHASES, ("docker run -> first step", "")]):
+        a, b = ([sum(d) if i == len(PHASES) else d[i] for d in side] for side in (first, second))
+        median_pair = statistics.median(y - x for x, y in zip(a, b, strict=True))
+        print(f"  {phase:<34} {statistics.median(a):6.2f}s {statistics.median(b):6.2f}s {median_pair:+33.2f}s")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--image", default="sagemaker-lightning:latest", help="the image to start")
     parser.add_argument("--train-images", type=int, default=5000, help="size of the generated training channel")
-    parser.add_argument("--repeat", type=int, default=3, help="runs; the best is reported")
+    parser.add_argument(
+        "--repeat", type=int, default=3, help="runs (of each image with --against); the best is reported"
+    )
+    parser.add_argument("--against", help="a second image, started alternately with --image (module docstring)")
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as root:
-        opt_ml(root, args.train_images)
-        runs = [phase_seconds(args.image, root) for _ in range(args.repeat)]
-    bare = bare_python_seconds(args.image, args.repeat)
     engine = subprocess.run(
         ["docker", "version", "-f", "{{.Server.Version}}"], capture_output=True, text=True
     ).stdout.strip()
+    machine = f"{os.cpu_count()} CPUs {platform.processor() or platform.machine()}, Docker {engine}"
+    with tempfile.TemporaryDirectory() as root:
+        opt_ml(root, args.train_images)
+        if args.against:
+            print(f"{args.repeat} rounds; {machine}, {args.train_images} training images")
+            compare([args.image, args.against], root, args.repeat)
+            return 0
+        runs = [phase_seconds(args.image, root) for _ in range(args.repeat)]
+    bare = bare_python_seconds(args.image, args.repeat)
     best = min(runs, key=lambda ends: ends[-1])
-    print(
-        f"runs: {', '.join(f'{ends[-1]:.1f}' for ends in runs)} s; {os.cpu_count()} CPUs "
-        f"{platform.processor() or platform.machine()}, Docker {engine}, {args.train_images} training images"
-    )
-    for (phase, _), end, start in zip(PHASES, best, [0.0, *best], strict=False):
-        print(f"  {phase:<34} {end - start:5.1f} s (at {end:.1f} s)")
+    print(f"runs: {', '.join(f'{ends[-1]:.1f}' for ends in runs)} s; {machine}, {args.train_images} training images")
+    for (phase, _), seconds, end in zip(PHASES, durations(best), best, strict=True):
+        print(f"  {phase:<34} {seconds:5.1f} s (at {end:.1f} s)")
     print(f"python -c pass in the image: {bare:.2f} s of imports (median of {args.repeat})")
     print(f"startup: first_step_s={best[-1]:.1f}")
     return 0
