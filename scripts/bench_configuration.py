@@ -14,6 +14,7 @@ import argparse
 import json
 import os
 import platform
+import shutil
 import statistics
 import subprocess
 import sys
@@ -37,7 +38,7 @@ print(time.perf_counter() - started)
 def seconds(tree: str, data: str, work: str) -> float:
     """One run's seconds in a fresh process, with `tree`'s runtime and example."""
     out = os.path.join(work, "opt_ml")
-    subprocess.run(["rm", "-rf", out], check=True)
+    shutil.rmtree(out, ignore_errors=True)  # the last run's job folder
     env = {
         **os.environ,
         "PYTHONPATH": f"{tree}/app:{tree}/app/example",
@@ -83,7 +84,8 @@ def main() -> int:
         trees = {"this tree": here}
         if args.against:
             trees[args.against] = os.path.join(work, "against")
-            subprocess.run(["git", "-C", here, "worktree", "add", "-q", "--detach", trees[args.against], args.against])
+            worktree = ["git", "-C", here, "worktree", "add", "-q", "--detach", trees[args.against], args.against]
+            subprocess.run(worktree, check=True)
         try:
             runs = {name: [] for name in trees}
             for r in range(args.repeat):

@@ -31,7 +31,7 @@ def parse(parser, argv: list[str], plan: Plan, data_channels: Mapping[str, str] 
         argv, position = ["fit", *argv], 1
     head, tail = argv[:position] + [f"--{key}={value}" for key, value in plan.settings().items()], argv[position:]
     name, tried, failed = _data_name(plan, data_channels), None, None
-    if name and (data_dir := plan.channels.get(plan.data_channel)):
+    if name and (data_dir := plan.data_dir(strict=False)):
         # given at once, as where most data modules take it: a parse is 0.1-0.2 s of start-up (docs/performance.md)
         tried = f"data.init_args.{name}" if subclass_data else f"data.{name}"
         try:

@@ -95,8 +95,8 @@ class LightningCLI:
         sys.excepthook = functools.partial(self._uncaught, stderr=sys.stderr)
         quiet.install()  # after Lightning's import, whose own filters would otherwise come first
         self.plan = here.plan(os.environ)  # the environment, read once: instantiate_classes completes it (job.py)
-        argv = sys.argv[1:] if kwargs.get("args") is None else kwargs["args"]
         # in a job, the subcommand it runs where its command line tells (the one parser setup_parser builds)
+        argv = _command_line(kwargs.get("args"))
         self._runs = (
             subcommands.run_by_job(argv, self.subcommands(), self.plan.on_sagemaker) if self.plan.in_job else None
         )
@@ -169,7 +169,7 @@ class LightningCLI:
     def parse_arguments(self, parser, args) -> None:
         if isinstance(args, Mapping) or hasattr(args, "as_dict"):
             return super().parse_arguments(parser, args)  # a structured configuration, as it is given
-        argv = list(sys.argv[1:] if args is None else args)
+        argv = list(_command_line(args))
         if (config := arguments.parse(parser, argv, self.plan, self.data_channels, self.subclass_mode_data)) is None:
             return super().parse_arguments(parser, args)  # Lightning's, as it is
         self.config = config
@@ -265,6 +265,11 @@ class LightningCLI:
         """The resolved configuration, as model_dir's config.yaml holds it: its secrets redacted (redact.py), for
         whoever can read model.tar.gz may not be who may read the job's hyperparameters."""
         return redact.redacted_yaml(self._parser(self.subcommand).dump(self._subconfig(), skip_none=False))
+
+
+def _command_line(args):
+    """What a CLI parses: its `args` as given (a list, or a structured configuration), else the process's arguments."""
+    return sys.argv[1:] if args is None else args
 
 
 def _accepted(trainer_class, kwargs: dict) -> dict:

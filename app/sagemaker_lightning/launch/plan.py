@@ -130,12 +130,12 @@ class Plan:
     def world_size(self) -> int:
         return len(self.hosts) * self.processes_per_host
 
-    def data_dir(self) -> str | None:
+    def data_dir(self, strict: bool = True) -> str | None:
         """The data channel's directory; None when the job has no channels at all. A job whose channels lack that
-        one is refused, naming the channels it has."""
+        one is refused, naming the channels it has (None there too, when not `strict`)."""
         if self.data_channel in self.channels:
             return self.channels[self.data_channel]
-        if self.channels:
+        if self.channels and strict:
             raise UserError(
                 f"the job has no input channel {self.data_channel!r} (it has {', '.join(self.channels)}); name the "
                 f"data channel {self.data_channel!r} or set the environment variable DATA_CHANNEL to its name"
