@@ -435,6 +435,7 @@ def test_the_data_channel():
     assert plan(sagemaker(channels=())).data_dir() is None
     with pytest.raises(UserError, match="no input channel 'training' \\(it has train\\).*DATA_CHANNEL"):
         plan(sagemaker(channels=("train",))).data_dir()
+    assert plan(sagemaker(channels=("train",))).data_dir(strict=False) is None  # arguments.parse's first try
 
 
 def test_torchrun_command():
