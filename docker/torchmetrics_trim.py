@@ -25,7 +25,12 @@ OFF = "if False:  # scipy.signal's shim for SRMRpy, off in this image (docker/to
 
 
 def main() -> int:
-    root = importlib.util.find_spec("torchmetrics").submodule_search_locations[0]  # found, not imported
+    spec = importlib.util.find_spec("torchmetrics")  # found, not imported
+    if spec is None:
+        print("error: torchmetrics is not installed: run docker/torchmetrics_trim.py after the step that installs it",
+              file=sys.stderr)  # fmt: skip
+        return 1
+    root = spec.submodule_search_locations[0]
     for name, guard in SHIMS.items():
         path = os.path.join(root, name)
         with open(path) as f:
