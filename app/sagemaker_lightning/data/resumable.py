@@ -13,13 +13,11 @@ import inspect
 import itertools
 import math
 import os
-import random
 from collections.abc import Callable, Iterator
 
-import numpy as np
-import torch
 from torch.utils.data import DataLoader, DistributedSampler, RandomSampler, SequentialSampler
 
+from sagemaker_lightning.data import draws
 from sagemaker_lightning.lines import say
 
 
@@ -36,10 +34,12 @@ class ResumableEpoch:
     step) holds none of its batches, not the count of the epoch before; one written by a resumed run before its first
     batch holds the position it resumed at.
 
-    Before each batch the random-number generators (torch's on the CPU and this process's GPU, numpy's, Python's) are
-    seeded from the sampler's seed, the epoch and the batch's index: what the batch and its training step draw
-    (augmentation in this process, dropout) is then the same in a resumed run as in the uninterrupted one, whatever
-    ran in between (a validation draws too) and wherever the checkpoint was written."""
+    The random-number generators (draws.py) are seeded from the sampler's seed and the epoch before an epoch's first
+    batch, and each checkpoint holds every rank's state with the position: a resumed run sets its rank's back before
+    its first batch, so what the batches and their steps draw (augmentation in this process, dropout) is the same as
+    in the uninterrupted run, wherever the checkpoint was written. A validation draws on a held state in a job
+    (training_loader.py), so whether a resumed run repeats one does not matter either. Seeding before every batch
+    did the same at a cost of about 5 % of a negligible step (docs/performance.md)."""
 
     sampler: DistributedSampler
     batch_size: int
@@ -47,6 +47,7 @@ class ResumableEpoch:
     _resume: tuple[int, int] | None = None  # (epoch, batches handed out) from the checkpoint: set by load_state_dict
     resumed: tuple[int, int] | None = None  # (epoch, batches of this shape) after a resume with another shape
     _counted: tuple[int, int] | list[int] = (-1, 0)  # (epoch, batches handed out in it) of the epoch iterated last
+    _drawn: dict | None = None  # this rank's generators as the checkpoint left them, until its first batch sets them
 
     def shape(self) -> dict:
         """What a position in the epoch is counted in, saved with it: a resume with another compares them."""
@@ -71,12 +72,15 @@ class ResumableEpoch:
     def state_dict(self) -> dict:
         shape, (epoch, batches) = self.shape(), self._position()
         samples = batches * shape["batch size"] * shape["world size"]  # of the epoch's order, every rank's
-        return {"epoch": epoch, "batches": batches, "samples": samples, "shape": shape}
+        drawn = draws.every_rank(self._drawn if self._drawn is not None else draws.training())
+        return {"epoch": epoch, "batches": batches, "samples": samples, "shape": shape, "draws": drawn}
 
     def load_state_dict(self, state: dict) -> None:
         was, now = state.get("shape"), self.shape()  # none: saved before shapes were (same shape assumed)
         if was is None or was == now:
             self._resume = (state["epoch"], state["batches"])
+            drawn = state.get("draws") or []  # none: saved before the states were
+            self._drawn = drawn[self.sampler.rank] if len(drawn) == now["world size"] else None
             return
         total = len(self.sampler) * now["world size"]  # the epoch's order, every rank's
         at, line = continued(state["epoch"], was, now, state["samples"], total)
@@ -88,11 +92,15 @@ class ResumableEpoch:
         """This epoch's batches, `batches(skip)` giving them from the first not skipped. Made when the first one is
         asked for, not at iter(): on resume Lightning calls iter() before it sets the epoch."""
         epoch, (start, self._resume) = self.sampler.epoch, (self._resumed_at(), None)
+        drawn, self._drawn = self._drawn if start else None, None
         # one attribute set an epoch, then counted in place: a DataLoader's __setattr__ is Python's, a cost at each step
         self._counted = counted = [epoch, start]
         iterator = batches(start)
+        if drawn is None:  # an epoch's first batch, or a checkpoint without this rank's states (where seeded by batch)
+            draws.seed_all(hash((self.sampler.seed, epoch, start)))
+        else:
+            draws.restore(drawn)
         for handed_out in itertools.count(start):
-            seed_all(hash((self.sampler.seed, epoch, handed_out)))
             try:
                 batch = next(iterator)
             except StopIteration:
@@ -126,21 +134,6 @@ def continued(
     else:
         what = f"the epoch restarts at sample {said} ({samples - said} samples trained again)"
     return at, f"resumed epoch {epoch} with {changed}: {what}"
-
-
-def seed_all(seed: int) -> None:
-    """Seed the generators a training step draws from: torch's on the CPU and on this process's GPU, numpy's and
-    Python's, from one integer, each through its own direct call. torch.manual_seed would also walk every other
-    device's generators and, on a machine with CUDA not (yet) initialised, record a stack trace for a lazy call: 168
-    µs a call against 1.3 µs for the CPU generator alone (2-core AMD EPYC, torch 2.14.1; scripts/bench_overhead.py),
-    and torch.cuda.is_available() reads NVML on each call there (0.3 ms). A step draws on the GPU its model is on,
-    which Lightning made current, CUDA initialised, before the first batch; with CUDA not initialised, nothing does."""
-    seed &= 0xFFFF_FFFF_FFFF_FFFF
-    torch.default_generator.manual_seed(seed)
-    if torch.cuda.is_initialized():
-        torch.cuda.default_generators[torch.cuda.current_device()].manual_seed(seed)
-    np.random.seed(seed % 2**32)
-    random.seed(seed)
 
 
 class SkipFirst:

@@ -32,8 +32,8 @@ import functools
 import os
 import sys
 
-from sagemaker_lightning.data import decoders
-from sagemaker_lightning.data.resumable import continued, seed_all
+from sagemaker_lightning.data import decoders, draws
+from sagemaker_lightning.data.resumable import continued
 from sagemaker_lightning.failure import UserError
 from sagemaker_lightning.lines import say
 from sagemaker_lightning.toolbox.location import inside
@@ -278,8 +278,9 @@ class StreamingEpochs:
 
     def step_start(self, trainer, batch_idx):
         """What the step draws (dropout) is the same in a resumed run as in the uninterrupted one, as ResumableEpoch
-        makes it for the runtime's own loaders: the generators seeded from the dataset's seed, the epoch, the batch."""
-        seed_all(hash((self._seed, trainer.current_epoch, batch_idx)))
+        makes it for the runtime's own loaders (there with the states saved): the generators seeded from the
+        dataset's seed, the epoch, the batch."""
+        draws.seed_all(hash((self._seed, trainer.current_epoch, batch_idx)))
 
     def on_train_epoch_end(self, trainer, pl_module):
         for loader in training_loaders(trainer):

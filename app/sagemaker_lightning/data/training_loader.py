@@ -12,8 +12,8 @@ it, else says which samples it trains again (resumable.continued); Lightning's c
 
 import os
 
-from sagemaker_lightning.data import decoders
-from sagemaker_lightning.data.resumable import ResumableEpoch, resumable, seed_all
+from sagemaker_lightning.data import decoders, draws
+from sagemaker_lightning.data.resumable import ResumableEpoch, resumable
 from sagemaker_lightning.data.streaming import StreamingEpochs, is_streaming, prepared
 from sagemaker_lightning.lines import say
 from sagemaker_lightning.toolbox.concern import Context, Part, Setting, declares
@@ -77,8 +77,9 @@ class TrainingLoader:
             move(trainer, 0)
             if trainer.is_global_zero:
                 say(restarted(trainer.current_epoch, done, plain[0]))
-        # a step's random numbers (dropout) come from the seed, the epoch and the batch, as the runtime's own loaders
-        # and streamed ones make them, where a loader of the project's own, or one that cannot resume, draws the batch
+        # a step's random numbers (dropout) come from the seed, the epoch and the batch, as streamed ones make them
+        # (the runtime's own loaders save the states), where a loader of the project's own, or one that cannot
+        # resume, draws the batch
         own = [loader for loader in loaders if not (isinstance(loader, ResumableEpoch) or is_streaming(loader))]
         if own:
             self._seed = int(os.environ.get("PL_GLOBAL_SEED", 0))  # seed_everything's
@@ -92,7 +93,15 @@ class TrainingLoader:
                 loader.resumed = None
 
     def step_start(self, trainer, batch_idx):
-        seed_all(hash((self._seed, trainer.current_epoch, batch_idx)))
+        draws.seed_all(hash((self._seed, trainer.current_epoch, batch_idx)))
+
+    def on_validation_start(self, trainer, pl_module):
+        """A validation draws on the side: training's generators held, and set back at its end (draws.py), so that a
+        run resumed from a checkpoint written just before one draws the same whether it repeats it or not."""
+        draws.hold()
+
+    def on_validation_end(self, trainer, pl_module):
+        draws.release()
 
 
 def move(trainer, batches: int) -> None:

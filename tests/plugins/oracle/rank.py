@@ -35,6 +35,7 @@ from oracle import project
 from sagemaker_lightning import LightningCLI
 from sagemaker_lightning.boot import signals
 from sagemaker_lightning.data.resumable import ResumableEpoch
+from sagemaker_lightning.data.training_loader import TrainingLoader
 from sagemaker_lightning.stop import process
 from sagemaker_lightning.stop.agreement import StopTogether
 from sagemaker_lightning.toolbox.lightning_package import made
@@ -234,7 +235,27 @@ def _no_epoch_end_agreement() -> None:
     StopTogether._between_epochs = without
 
 
-MUTATIONS = {"late-count": _late_count, "no-epoch-end-agreement": _no_epoch_end_agreement}
+def _seeded_not_restored() -> None:
+    """A resumed run seeds its generators at its first batch instead of setting back the checkpoint's states."""
+    load = ResumableEpoch.load_state_dict
+
+    def without(self, state):
+        load(self, {k: v for k, v in state.items() if k != "draws"})
+
+    ResumableEpoch.load_state_dict = without
+
+
+def _validation_draws_leak() -> None:
+    """A validation draws from training's generators: nothing holds their state aside meanwhile."""
+    TrainingLoader.on_validation_start = TrainingLoader.on_validation_end = lambda self, trainer, pl_module: None
+
+
+MUTATIONS = {
+    "late-count": _late_count,
+    "no-epoch-end-agreement": _no_epoch_end_agreement,
+    "seeded-not-restored": _seeded_not_restored,
+    "validation-draws-leak": _validation_draws_leak,
+}
 
 
 def environment(run: Run, rank: int) -> dict:

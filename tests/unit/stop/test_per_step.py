@@ -1,8 +1,7 @@
 """What the runtime does at every training step, kept cheap (scripts/bench_overhead.py measures it) without losing
 what it is for: the stop agreement (agreement.StopTogether) between two real gloo processes, at training steps and in a
-validation whose ranks run different numbers of batches, the per-batch seeding (resumable.seed_all), and the hooks
-Lightning need not call (lightning_package.made), and the one callback that calls the runtime's work at every step
-(concern.Steps).
+validation whose ranks run different numbers of batches, the hooks Lightning need not call (lightning_package.made),
+and the one callback that calls the runtime's work at every step (concern.Steps).
 
     .venv/bin/pytest tests/unit/stop/test_per_step.py
 """
@@ -10,14 +9,12 @@ Lightning need not call (lightning_package.made), and the one callback that call
 import datetime
 import itertools
 import os
-import random
 import signal
 import threading
 import time
 from types import SimpleNamespace
 from typing import NamedTuple
 
-import numpy as np
 import pytest
 import pytorch_lightning
 import spawned
@@ -27,7 +24,6 @@ from pytorch_lightning.demos.boring_classes import BoringModel, RandomDataset
 from pytorch_lightning.utilities.exceptions import SIGTERMException
 from torch.utils.data import DataLoader, IterableDataset
 
-from sagemaker_lightning.data import resumable
 from sagemaker_lightning.progress import LogLines
 from sagemaker_lightning.stop.agreement import StopTogether
 from sagemaker_lightning.toolbox import lightning_package
@@ -256,20 +252,6 @@ def test_agreements_are_at_most_most_steps_apart(seconds_per_step, agreed):
     for step in range(250):  # noqa: B007 (the clock and agree read it)
         trainer.fit_loop.epoch_loop._broadcast_sigterm_tensor()
     assert calls == agreed and StopTogether.MOST_STEPS == 100
-
-
-def draws() -> tuple:
-    return torch.rand(3).tolist(), np.random.rand(3).tolist(), [random.random() for _ in range(3)]
-
-
-def test_seed_all_makes_each_generator_repeat_its_draws():
-    resumable.seed_all(hash((0, 1, 2)))
-    first = draws()
-    resumable.seed_all(hash((0, 1, 3)))
-    other = draws()
-    resumable.seed_all(hash((0, 1, 2)))
-    assert draws() == first
-    assert all(a != b for a, b in zip(first, other, strict=True))  # each of torch's, numpy's and Python's was reseeded
 
 
 def test_callbacks_leave_out_the_hooks_they_do_not_define():
