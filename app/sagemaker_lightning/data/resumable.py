@@ -37,8 +37,8 @@ class ResumableEpoch:
     The random-number generators (draws.py) are seeded from the sampler's seed and the epoch before an epoch's first
     batch, and each checkpoint holds every rank's state with the position: a resumed run sets its rank's back before
     its first batch, so what the batches and their steps draw (augmentation in this process, dropout) is the same as
-    in the uninterrupted run, wherever the checkpoint was written. A validation draws on a held state in a job
-    (training_loader.py), so whether a resumed run repeats one does not matter either. Seeding before every batch
+    in the uninterrupted run, wherever the checkpoint was written. A validation draws on a held state wherever the
+    runtime wraps the training loader (training_loader.py), so whether a resumed run repeats one does not matter. Seeding before every batch
     did the same at a cost of about 5 % of a negligible step (docs/performance.md)."""
 
     sampler: DistributedSampler
@@ -96,7 +96,7 @@ class ResumableEpoch:
         # one attribute set an epoch, then counted in place: a DataLoader's __setattr__ is Python's, a cost at each step
         self._counted = counted = [epoch, start]
         iterator = batches(start)
-        if drawn is None:  # an epoch's first batch, or a checkpoint without this rank's states (where seeded by batch)
+        if drawn is None:  # an epoch's first batch; or a checkpoint without this rank's state (older, or another shape)
             draws.seed_all(hash((self.sampler.seed, epoch, start)))
         else:
             draws.restore(drawn)
