@@ -38,8 +38,8 @@ class ResumableEpoch:
     batch, and each checkpoint holds every rank's state with the position: a resumed run sets its rank's back before
     its first batch, so what the batches and their steps draw (augmentation in this process, dropout) is the same as
     in the uninterrupted run, wherever the checkpoint was written. A validation draws on a held state wherever the
-    runtime wraps the training loader (training_loader.py), so whether a resumed run repeats one does not matter. Seeding before every batch
-    did the same at a cost of about 5 % of a negligible step (docs/performance.md)."""
+    runtime wraps the training loader (training_loader.py), so whether a resumed run repeats one does not matter.
+    Seeding before every batch did the same at a cost of about 5 % of a negligible step (docs/performance.md)."""
 
     sampler: DistributedSampler
     batch_size: int
