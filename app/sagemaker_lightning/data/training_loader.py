@@ -103,6 +103,11 @@ class TrainingLoader:
     def on_validation_end(self, trainer, pl_module):
         draws.release()
 
+    def on_exception(self, trainer, pl_module, exception):
+        """A validation ended by an exception: training's generators set back, and none left held in the process,
+        where a later fit (a notebook's, a test's) would save that stale state before its first validation."""
+        draws.release()
+
 
 def move(trainer, batches: int) -> None:
     """Lightning's count of the epoch's batches done set to `batches`, each counter as saved (completed may trail)."""

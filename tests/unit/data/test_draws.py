@@ -1,6 +1,7 @@
 """The generators a training step draws from (data/draws.py): seeded, read and set back through a checkpoint loaded
-with weights_only=True, held while a validation draws; and ResumableDataLoader resumed from a state_dict taken at any
-batch draws what the uninterrupted epoch drew, with or without a validation drawing in between.
+with weights_only=True, held while a validation draws (and set back when it fails); and ResumableDataLoader resumed
+from a state_dict taken at any batch draws what the uninterrupted epoch drew, with or without a validation drawing in
+between.
 
     .venv/bin/pytest tests/unit/data/test_draws.py -q
 """
@@ -96,3 +97,29 @@ def test_a_resumed_epoch_draws_what_the_uninterrupted_one_drew(stop_after, valid
     again, _ = epoch(resumed)
     assert again == uninterrupted[stop_after + 1 :]
     assert sum((ids for ids, _ in uninterrupted), []) != list(range(40))  # shuffled: an order to keep
+
+
+def test_a_validation_ended_by_an_exception_leaves_training_its_draws_and_nothing_held():
+    import lightning.pytorch as pl
+    from lightning.pytorch.demos.boring_classes import BoringModel
+
+    from sagemaker_lightning.data.training_loader import TrainingLoader
+    from sagemaker_lightning.toolbox.lightning_package import made
+
+    class Failing(BoringModel):
+        def validation_step(self, batch, batch_idx):
+            self.training_draws = draws.training()
+            torch.rand(5)  # the validation's own draws
+            raise RuntimeError("validation failed")
+
+    model = Failing()
+    trainer = pl.Trainer(
+        max_steps=2, val_check_interval=1, num_sanity_val_steps=0, logger=False, enable_checkpointing=False,
+        enable_progress_bar=False, enable_model_summary=False, callbacks=[made(TrainingLoader, pl)()],
+    )  # fmt: skip
+    with pytest.raises(RuntimeError, match="validation failed"):
+        trainer.fit(model)
+    assert draws._held is None  # a later fit's save before its first validation writes its own state
+    expected = drawn()
+    draws.restore(model.training_draws)
+    assert drawn() == expected  # the generators are back where training left them
