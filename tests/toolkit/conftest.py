@@ -81,9 +81,12 @@ def corrupt_dir(tmp_path_factory) -> str:
     return str(out)
 
 
-def make_opt_ml(base, hosts, current, hyperparameters, channels, code=None, interface="lo", checkpoints=None) -> None:
+def make_opt_ml(
+    base, hosts, current, hyperparameters, channels, code=None, interface="lo", checkpoints=None, output=True
+) -> None:
     """What SageMaker writes before it starts a container: config files, channels, and the job's code if any;
-    checkpoints: the LocalPath of the job's CheckpointConfig (checkpointconfig.json), a folder SageMaker syncs."""
+    checkpoints: the LocalPath of the job's CheckpointConfig (checkpointconfig.json), a folder SageMaker syncs;
+    output=False: no output folder, as a bare `docker run` given the config has none (SageMaker mounts one)."""
     config = os.path.join(base, "input", "config")
     os.makedirs(config)
     for name, content in {
@@ -97,7 +100,7 @@ def make_opt_ml(base, hosts, current, hyperparameters, channels, code=None, inte
     for channel, source in channels.items():
         target = os.path.join(base, "input", "data", channel)
         shutil.copytree(source, target) if source else os.makedirs(target)
-    for d in ("model", "output/data"):
+    for d in ("model", "output/data") if output else ("model",):
         os.makedirs(os.path.join(base, d))
     if code:  # local mode's way: the job's source directory where the toolkit finds its code
         shutil.copytree(code, os.path.join(base, "code"), ignore=shutil.ignore_patterns("__pycache__"))
@@ -105,13 +108,13 @@ def make_opt_ml(base, hosts, current, hyperparameters, channels, code=None, inte
 
 def run_job(
     root, port: int, hosts, hyperparameters, channels, current_hosts=None, env=None, code=None, timeout=300,
-    checkpoints=None,
+    checkpoints=None, output=True,
 ):  # fmt: skip
     """Run the entrypoint and `train` for each host of one job (under `root`) at the same time; return what each did."""
     procs = []
     for i, current in enumerate(current_hosts or hosts):
         base = os.path.join(root, f"host{i}")
-        make_opt_ml(base, hosts, current, hyperparameters, channels, code, checkpoints=checkpoints)
+        make_opt_ml(base, hosts, current, hyperparameters, channels, code, checkpoints=checkpoints, output=output)
         # a job's requirements.txt installs into the host's own folder, as into its container: not this venv
         site = os.path.join(base, "site-packages")
         paths = [site, (env or {}).get("PYTHONPATH"), os.environ.get("PYTHONPATH")]

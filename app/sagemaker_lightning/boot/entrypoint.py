@@ -56,6 +56,16 @@ def one_line_failure(code: int, log: str = "") -> None:
         failure.report(line, output_dir=OUTPUT)
 
 
+def make_output_dir() -> None:
+    """The job's output folder, where the container has none: SageMaker mounts one, a bare `docker run` given the
+    job's config does not. The failure file goes there; without it sagemaker-training's `train` exited 0 after a
+    failed training (writing its failure file raises in its except clause, before the exit code its finally uses)."""
+    try:
+        os.makedirs(OUTPUT, exist_ok=True)
+    except OSError:  # a read-only file system: the failure is the line on stderr only
+        pass
+
+
 class Stopped(Exception):
     """A stop (SIGTERM, SIGINT) while the job was being prepared."""
 
@@ -75,6 +85,8 @@ def main() -> int:
     command = sys.argv[1:] or ["train"]
     env = {**os.environ, STARTED_AT: repr(time.time())}  # the container's start: the job's goodput counts from here
     in_job = os.path.exists(RESOURCE_CONFIG)
+    if in_job:
+        make_output_dir()
     if why := signals.clear():  # a restarted container's leftovers; a registry that is a link or another user's
         note(f"{why}; a stop goes to the command instead of the training processes")
     if in_job:
