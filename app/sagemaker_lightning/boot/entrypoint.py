@@ -85,11 +85,10 @@ def main() -> int:
     command = sys.argv[1:] or ["train"]
     env = {**os.environ, STARTED_AT: repr(time.time())}  # the container's start: the job's goodput counts from here
     in_job = os.path.exists(RESOURCE_CONFIG)
-    if in_job:
-        make_output_dir()
     if why := signals.clear():  # a restarted container's leftovers; a registry that is a link or another user's
         note(f"{why}; a stop goes to the command instead of the training processes")
     if in_job:
+        make_output_dir()
         try:
             prepare_job(env, RESOURCE_CONFIG, CODE)
         except Stopped as e:
