@@ -465,3 +465,20 @@ def test_a_bad_dist_timeout_is_one_line_at_pid_1():
         dist_timeout({"dist_timeout": '"-3"'})
     with pytest.raises(UserError, match=r"dist_timeout=100000000000000 must be .* at most 2419200 \(28 days"):
         dist_timeout({"dist_timeout": "100000000000000"})  # timedelta's range: a traceback before
+
+
+@pytest.mark.parametrize(
+    "instance_type, cpus, preset, per_host, expected",
+    [
+        ("local", "2", {}, 1, "1"),  # make demo's 2 containers on 2 cores
+        ("local", "16", {}, 2, "4"),  # 2 hosts × 2 processes on 16 cores
+        ("local_gpu", "8", {}, 1, "4"),
+        ("local", "2", {"OMP_NUM_THREADS": "2"}, 1, None),  # the job's own (Estimator's environment): kept
+        ("local", "", {}, 1, None),  # no core count (PID 1, the toolkit): nothing
+        ("ml.c5.4xlarge", "16", {}, 1, None),  # a host of its own: every core
+    ],
+)
+def test_local_mode_shares_the_machines_cores_among_the_jobs_processes(instance_type, cpus, preset, per_host, expected):
+    env = {**HOSTS, "SM_CURRENT_INSTANCE_TYPE": instance_type, "SM_NUM_CPUS": cpus, "SM_NUM_GPUS": "0", **preset}
+    plan = make_plan(env, {"eth0"}, devices=per_host)
+    assert plan.env.get("OMP_NUM_THREADS") == expected
