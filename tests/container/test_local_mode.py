@@ -93,6 +93,8 @@ def test_two_instances_train_one_model(local_job, archive_dir, tmp_path, mode):
     assert re.match(r"algo-1\b", hosts[0]) and re.match(r"algo-2\b", hosts[1])  # one rank on each host
     assert {closed.world for closed in found.values()} == {2}
     assert found[0].digest == found[1].digest  # the same final weights on both hosts
+    # both hosts on this machine: each process its share of the cores (launch/platforms/sagemaker.py), as rank 0 says
+    assert f"devices: cpu with {max(1, os.cpu_count() // 2)} thread(s)," in output, output[-5000:]
     # a tuner reads every host's log: one objective value an epoch (TINY: 1 epoch), from global rank 0 alone
     assert len(re.findall(METRICS["validation:accuracy"], output)) == 1, output[-5000:]
     loads(model_tar(output), tmp_path)

@@ -28,7 +28,7 @@ class Findings:
 
     rank: int
     host: str
-    devices: str  # "ok (8 GPUs)" or "cpu, not checked"
+    devices: str  # "ok (8 GPUs)" or "cpu with 2 thread(s), not checked"
     efa: str  # "4 of 4 devices, libnccl-net.so", "not on this instance type" or "not needed (one host)"
     problems: list[tuple[str, str]] = field(default_factory=list)
 

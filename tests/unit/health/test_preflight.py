@@ -160,7 +160,7 @@ def test_a_rank_of_a_two_host_job_finds_its_devices_and_its_hosts_efa(tmp_path, 
     assert (found.rank, found.host, found.devices, found.efa) == (
         1,
         "algo-2",
-        "cpu, not checked",
+        f"cpu with {torch.get_num_threads()} thread(s), not checked",
         "1 of 4 devices, libnccl-net-ofi.so",
     )
     assert ("EFA", "ml.p4d.24xlarge has EFA but no EFA device shows in /sys/class/infiniband") not in found.problems
@@ -223,10 +223,10 @@ def test_a_slow_host_is_named_and_the_bandwidth_line_names_it():
 
 def test_the_line_says_what_was_measured_and_its_cost():
     measured = Measured({MiB: 0.2, 16 * MiB: 1.234}, {"127.0.0.1": 0.9})
-    findings = [Findings(0, "localhost", "cpu, not checked", "not on this instance type")]
+    findings = [Findings(0, "localhost", "cpu with 2 thread(s), not checked", "not on this instance type")]
     assert summary(findings, measured, 2, 1, "unknown for local", 0.81) == (
         "pre-flight: 2 hosts × 1 process; all-reduce busbw 1.23 GB/s at 16 MiB (expected: unknown for local); "
-        "p2p to 127.0.0.1 0.90 GB/s; devices: cpu, not checked; EFA: not on this instance type; "
+        "p2p to 127.0.0.1 0.90 GB/s; devices: cpu with 2 thread(s), not checked; EFA: not on this instance type; "
         "0.8 s (preflight=off skips it)"
     )
     alone = summary(findings, None, 1, 1, "unknown", 0.01)
