@@ -163,7 +163,7 @@ class Preflight:
         """This rank's devices and, on a job of several hosts, its host's EFA."""
         instance = instances.lookup(self.plan.instance_type)
         problems = [("devices", p) for p in device_problems(torch.cuda.device_count(), self.plan.gpus, instance)]
-        devices = f"cpu with {torch.get_num_threads()} thread(s), not checked"  # local mode shares them (plan.py)
+        devices = f"cpu with {torch.get_num_threads()} thread(s), not checked"  # shared in local mode (sagemaker.py)
         if device.type == "cuda":
             devices = f"ok ({torch.cuda.device_count()} GPUs)"
             if problem := compute_problem(device):

@@ -264,9 +264,9 @@ def make_plan(
     if output_data_dir:  # what a plain script writes under its default root lands in output.tar.gz
         out["PL_TRAINER_DEFAULT_ROOT_DIR"] = output_data_dir
     out.update(streaming_env(env, len(found.hosts), on_sagemaker))  # litdata's streamed datasets (streaming.py)
+    out.update(sagemaker.local_mode_threads(env, len(found.hosts) * found.processes_per_host))  # one machine's cores
     job_name, objective = (sagemaker.job_name(env), objective) if on_sagemaker else (None, None)
-    if on_sagemaker:  # local mode's hosts share this machine's cores; a tuning job's children, one CheckpointConfig
-        out.update(sagemaker.local_mode_threads(env, len(found.hosts) * found.processes_per_host))
+    if on_sagemaker:  # a tuning job's children share one CheckpointConfig: each keeps its files apart
         try:
             checkpoint_dir = paths.child_checkpoint_dir(
                 checkpoint_dir or paths.default_checkpoint_dir(env), job_name, objective
