@@ -472,9 +472,11 @@ def test_a_bad_dist_timeout_is_one_line_at_pid_1():
     [
         ("local", "2", {}, 1, "1"),  # make demo's 2 containers on 2 cores
         ("local", "16", {}, 2, "4"),  # 2 hosts × 2 processes on 16 cores
+        ("local", "2", {}, 2, "1"),  # more processes than cores: one thread each, never none
         ("local_gpu", "8", {}, 1, "4"),
         ("local", "2", {"OMP_NUM_THREADS": "2"}, 1, None),  # the job's own (Estimator's environment): kept
         ("local", "", {}, 1, None),  # no core count (PID 1, the toolkit): nothing
+        ("local", "0", {}, 1, None),  # nor a count of none
         ("ml.c5.4xlarge", "16", {}, 1, None),  # a host of its own: every core
     ],
 )
