@@ -2,8 +2,10 @@
 sagemaker-training on it, one process tree per host, as SageMaker starts each container.
 
 SAGEMAKER_BASE_DIR moves /opt/ml for the toolkit and the entrypoint; the toolkit reads the same three JSON files
-SageMaker writes. A job without code of its own runs the example (app/example), as the image does. For a line the
-runtime alone makes, run_in_process runs the example's program in the test's process, as the toolkit would start it.
+SageMaker writes. Every process of a job starts as in the image: image_start/ on PYTHONPATH runs the start-up hook
+that the image's .pth file runs (the launch plan's variables; the hosts share this machine's cores as in local mode).
+A job without code of its own runs the example (app/example), as the image does. For a line the runtime alone makes,
+run_in_process runs the example's program in the test's process, as the toolkit would start it.
 """
 
 import itertools
@@ -24,6 +26,7 @@ import make_dataset
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 EXAMPLE = os.path.join(ROOT, "app", "example")
+IMAGE_START = os.path.join(os.path.dirname(os.path.abspath(__file__)), "image_start")  # the image's start-up hook
 # the image's ENTRYPOINT and CMD: PID 1 runs the toolkit's console script
 ENTRYPOINT = [
     sys.executable,
@@ -117,7 +120,7 @@ def run_job(
         make_opt_ml(base, hosts, current, hyperparameters, channels, code, checkpoints=checkpoints, output=output)
         # a job's requirements.txt installs into the host's own folder, as into its container: not this venv
         site = os.path.join(base, "site-packages")
-        paths = [site, (env or {}).get("PYTHONPATH"), os.environ.get("PYTHONPATH")]
+        paths = [site, (env or {}).get("PYTHONPATH"), IMAGE_START, os.environ.get("PYTHONPATH")]
         proc_env = {
             **os.environ,
             "SAGEMAKER_BASE_DIR": base,

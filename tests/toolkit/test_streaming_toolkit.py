@@ -22,7 +22,6 @@ pytestmark = pytest.mark.toolkit
 HERE = os.path.dirname(os.path.abspath(__file__))
 PROJECT = os.path.join(HERE, "streaming_project")
 PLUGINS = os.path.join(os.path.dirname(HERE), "plugins")
-IMAGE_START = os.path.join(HERE, "image_start")  # the image's start-up hook: the plan's variables in every process
 SAMPLES, CHUNK, BATCH = 192, 10, 8  # 20 chunks, 2 of them split between ranks; whole batches, none dropped
 DATA = "s3://datasets/ids"
 
@@ -119,7 +118,7 @@ def test_streamed_data_resumes_at_the_exact_sample(run_hosts, ids_on_s3, tmp_pat
     }
 
     def run(more: dict | None = None):
-        env = {"PYTHONPATH": f"{PLUGINS}:{IMAGE_START}"}
+        env = {"PYTHONPATH": PLUGINS}  # run_job adds the image's start-up hook
         return run_hosts(hosts, {**hps, **(more or {})}, {}, code=PROJECT, env=env)
 
     uninterrupted = run()
